@@ -1,0 +1,261 @@
+//! The commands, end to end: parse, validate, then `run` (acquire, keep, supervise, release),
+//! `status`, `break` and `completions`. Errors are printed here, once, as one `dlock: …` line.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use clap::Parser;
+
+use crate::backend::{self, Deadline, Holder, Request};
+use crate::cli::{Cli, Command};
+use crate::config::{KeyConfig, RunConfig, Wait};
+use crate::exit::{self, Usage};
+use crate::keeper::{Keeper, deadline_after};
+use crate::report::{self, WaitingLine};
+use crate::signals::{self, Interrupt};
+use crate::supervise::{self, Ending, Event, LeaseClock};
+
+/// dlock's `main`.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(clap_error(&e)),
+    };
+    let code = match cli.command {
+        Command::Run(args) => match RunConfig::from_args(args) {
+            Ok(cfg) => run(&cfg),
+            Err(e) => usage(&e),
+        },
+        Command::Status(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
+            Ok(cfg) => status(&cfg, a.json),
+            Err(e) => usage(&e),
+        },
+        Command::Break(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
+            Ok(cfg) => break_lock(&cfg),
+            Err(e) => usage(&e),
+        },
+        Command::Completions(a) => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(&crate::generate::completion(a.shell));
+            0
+        }
+    };
+    ExitCode::from(code)
+}
+
+/// Help and version go to stdout as clap renders them; errors become one `dlock:` line, exit 2.
+fn clap_error(e: &clap::Error) -> u8 {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return e.exit_code() as u8;
+    }
+    // clap's message is "error: what\n  detail\n\nUsage: ...": keep the first paragraph on one line.
+    let text = e.render().to_string();
+    let first: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let line = first.join(" ");
+    let line = line.strip_prefix("error: ").unwrap_or(&line);
+    report::error(format_args!("{line} (see --help)"));
+    exit::USAGE
+}
+
+fn usage(e: &Usage) -> u8 {
+    report::error(format_args!("{e}"));
+    exit::USAGE
+}
+
+/// Prints a backend failure as "dlock: BACKEND: cause" and returns its exit code.
+fn fail(backend: &str, err: &anyhow::Error, conflict_code: u8) -> u8 {
+    let code = exit::code_for(err, conflict_code);
+    if code == exit::USAGE {
+        report::error(format_args!("{err:#}"));
+    } else {
+        report::error(format_args!("{backend}: {err:#}"));
+    }
+    code
+}
+
+fn run(cfg: &RunConfig) -> u8 {
+    report::set_verbosity(cfg.verbosity);
+    let name = cfg.target.kind.name();
+    let (events, rx) = mpsc::channel();
+    let interrupt = Interrupt::new();
+    let signal_events = events.clone();
+    if let Err(e) = signals::start(interrupt.clone(), move |r| {
+        let _ = signal_events.send(Event::Signal(r));
+    }) {
+        return fail(
+            name,
+            &anyhow::Error::new(e).context("cannot install signal handlers"),
+            0,
+        );
+    }
+    supervise::become_subreaper();
+
+    let backend = match backend::open(&cfg.target) {
+        Ok(b) => b,
+        Err(e) => return fail(name, &e, cfg.conflict_code),
+    };
+    let holder = Holder::this_process(&cfg.command);
+    let deadline = match cfg.wait {
+        Wait::No => Deadline::Now,
+        Wait::For(d) => Deadline::At(Instant::now() + d),
+        Wait::Forever => Deadline::Never,
+    };
+    let started = Instant::now();
+    let acquired = {
+        let line = WaitingLine::start(cfg.key.as_str());
+        let on_holder = |h: &Holder| line.holder(h);
+        backend.acquire(&Request {
+            key: &cfg.key,
+            ttl: cfg.ttl,
+            deadline,
+            holder: &holder,
+            interrupt: &interrupt,
+            on_holder: &on_holder,
+        })
+    };
+    let lease = match acquired {
+        Ok(lease) => lease,
+        Err(e) => {
+            let e = e.context(format!("cannot acquire '{}'", cfg.key));
+            return fail(name, &e, cfg.conflict_code);
+        }
+    };
+    let token = lease.fencing_token();
+    report::verbose(format_args!(
+        "acquired '{}' on {} ({}) in {:.1?}{}",
+        cfg.key,
+        name,
+        backend.location(),
+        started.elapsed(),
+        token
+            .map(|t| format!(", fencing token {t}"))
+            .unwrap_or_default()
+    ));
+    if let Some(sig) = interrupt.fired() {
+        // A signal arrived as the lock was granted: do not start the command at all.
+        if let Err(e) = lease.release() {
+            report::warn(format_args!("{name}: release failed: {e:#}"));
+        }
+        return exit::signal_code(sig);
+    }
+    let clock = LeaseClock {
+        deadline: lease
+            .ttl()
+            .map(|ttl| deadline_after(lease.acquired_at(), ttl)),
+        // SIGKILL must land before the deadline, and the renewal at ttl/3 must not be mistaken
+        // for a failure: so the grace used on lease loss is at most ttl/3.
+        loss_grace: lease
+            .ttl()
+            .map_or(cfg.kill_grace, |ttl| cfg.kill_grace.min(ttl / 3)),
+    };
+    let keeper = match Keeper::start(lease, events.clone()) {
+        Ok(k) => k,
+        Err(e) => {
+            return fail(
+                name,
+                &anyhow::Error::new(e).context("cannot start the keeper thread"),
+                0,
+            );
+        }
+    };
+
+    let mut env = vec![
+        ("DLOCK_KEY", cfg.key.to_string()),
+        ("DLOCK_BACKEND", name.to_string()),
+    ];
+    if let Some(t) = token {
+        env.push(("DLOCK_FENCING_TOKEN", t.to_string()));
+    }
+    let child = match supervise::spawn(&cfg.command, &env, events) {
+        Ok(c) => c,
+        Err(e) => {
+            report::error(format_args!("{}", e.message));
+            if let Err(e) = keeper.release() {
+                report::warn(format_args!("{name}: release failed: {e:#}"));
+            }
+            return e.code;
+        }
+    };
+    report::verbose(format_args!("started pid {}", child.pid()));
+    let ending = supervise::supervise(&child, &rx, clock, cfg.kill_grace);
+    let release_started = Instant::now();
+    let released = keeper.release();
+    match &ending {
+        Ending::Lost(reason) => report::error(format_args!(
+            "{name}: lost the lock '{}' while the command ran: {reason}; the command was terminated",
+            cfg.key
+        )),
+        Ending::Signalled(sig) => report::verbose(format_args!(
+            "stopped by {}; the command was stopped",
+            exit::signal_name(*sig)
+        )),
+        Ending::Exited(_) => {}
+    }
+    match released {
+        Ok(()) => report::verbose(format_args!(
+            "released '{}' in {:.1?}",
+            cfg.key,
+            release_started.elapsed()
+        )),
+        Err(e) if !matches!(ending, Ending::Lost(_)) => {
+            report::warn(format_args!(
+                "{name}: release of '{}' failed (it expires by itself): {e:#}",
+                cfg.key
+            ));
+        }
+        Err(_) => {}
+    }
+    ending.code()
+}
+
+fn status(cfg: &KeyConfig, json: bool) -> u8 {
+    report::set_verbosity(cfg.verbosity);
+    let name = cfg.target.kind.name();
+    let result = backend::open(&cfg.target).and_then(|b| b.status(&cfg.key));
+    match result {
+        Ok(s) => {
+            let text = if json {
+                serde_json::to_string(&s).unwrap_or_default() + "\n"
+            } else {
+                report::status_text(&s)
+            };
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
+            0
+        }
+        Err(e) => fail(
+            name,
+            &e.context(format!("cannot read the status of '{}'", cfg.key)),
+            0,
+        ),
+    }
+}
+
+fn break_lock(cfg: &KeyConfig) -> u8 {
+    report::set_verbosity(cfg.verbosity);
+    let name = cfg.target.kind.name();
+    let result = backend::open(&cfg.target).and_then(|b| b.break_lock(&cfg.key));
+    match result {
+        Ok(s) => {
+            if cfg.verbosity > crate::config::Verbosity::Quiet {
+                let _ = std::io::stdout()
+                    .lock()
+                    .write_all(report::broke_text(&s).as_bytes());
+            }
+            0
+        }
+        Err(e) => fail(name, &e.context(format!("cannot break '{}'", cfg.key)), 0),
+    }
+}

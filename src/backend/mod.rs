@@ -1,0 +1,223 @@
+//! The backend contract, holder metadata, and choosing a backend from a [`Target`].
+//!
+//! A backend does its own waiting: only it can be woken by its server (a kernel flock, BLPOP, a
+//! ZooKeeper watch, GET_LOCK's server-side wait). The core never retries with sleeps; it passes a
+//! deadline and an [`Interrupt`] and gets back a [`Lease`] or a typed error
+//! ([`Busy`](crate::exit::Busy), [`Interrupted`](crate::exit::Interrupted)). A lease is then owned
+//! by the keeper thread, which renews it and reports its loss.
+
+pub mod file;
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::clock::BootInstant;
+use crate::config::{BackendKind, Key, Target};
+use crate::exit::Usage;
+use crate::signals::Interrupt;
+
+/// When to stop waiting for a busy lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deadline {
+    /// Try once.
+    Now,
+    /// Wait until this instant.
+    At(Instant),
+    /// Wait until acquired or interrupted.
+    Never,
+}
+
+impl Deadline {
+    /// Time left, `None` for [`Deadline::Never`].
+    pub fn remaining(self) -> Option<Duration> {
+        match self {
+            Deadline::Now => Some(Duration::ZERO),
+            Deadline::At(t) => Some(t.saturating_duration_since(Instant::now())),
+            Deadline::Never => None,
+        }
+    }
+}
+
+/// Who holds (or held) a lock, as far as a backend knows. Stored beside the lock on acquisition
+/// (DESIGN.md rule 6) and read back by `status` and by waiters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Holder {
+    /// Host name of the holder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Process id of the holding dlock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The command it runs, arguments joined by spaces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// When the lock was acquired, in milliseconds since the Unix epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
+    /// The fencing token handed to the command.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+    /// Lease time left on the server, in milliseconds; absent where the lease does not expire.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_left_ms: Option<u64>,
+}
+
+impl Holder {
+    /// This process, about to run `command`.
+    pub fn this_process(command: &[std::ffi::OsString]) -> Holder {
+        let since_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .ok();
+        let command = command
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ");
+        Holder {
+            host: Some(hostname()),
+            pid: Some(std::process::id()),
+            command: Some(command),
+            since_ms,
+            ..Holder::default()
+        }
+    }
+
+    /// "host-a pid 4242" (or what is known of it), for messages.
+    pub fn short(&self) -> String {
+        match (&self.host, self.pid) {
+            (Some(h), Some(p)) => format!("{h} pid {p}"),
+            (Some(h), None) => h.clone(),
+            (None, Some(p)) => format!("pid {p}"),
+            (None, None) => "an unknown holder".into(),
+        }
+    }
+
+    /// How long it has held the lock, if known.
+    pub fn held_for(&self) -> Option<Duration> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?;
+        Some(now.saturating_sub(Duration::from_millis(self.since_ms?)))
+    }
+}
+
+/// What `dlock status` reports, and what `dlock break` removed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    /// The key asked about.
+    pub key: String,
+    /// The backend's name.
+    pub backend: &'static str,
+    /// Where the lock lives (credentials removed).
+    pub location: String,
+    /// Whether anyone holds the lock now.
+    pub held: bool,
+    /// Every current holder (one for an exclusive lock).
+    pub holders: Vec<Holder>,
+    /// How many wait, where the backend can tell.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiters: Option<u64>,
+    /// Backend-specific remarks (e.g. why there is no fencing token).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// One acquisition request.
+pub struct Request<'a> {
+    /// The lock.
+    pub key: &'a Key,
+    /// Lease length on the server.
+    pub ttl: Duration,
+    /// When to give up waiting.
+    pub deadline: Deadline,
+    /// Metadata to store beside the lock.
+    pub holder: &'a Holder,
+    /// Fired by SIGINT/SIGTERM/SIGHUP: stop waiting, leave nothing behind, return
+    /// [`Interrupted`](crate::exit::Interrupted).
+    pub interrupt: &'a Interrupt,
+    /// Told who holds the lock whenever the backend learns it while waiting (for the progress
+    /// line); called on the waiting thread.
+    pub on_holder: &'a dyn Fn(&Holder),
+}
+
+/// A lock backend. Implementations are used from the main thread only; a held lock lives on as a
+/// [`Lease`] on the keeper thread.
+pub trait Backend {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+
+    /// Where the locks live, without credentials ("/var/tmp/dlock-1000", "redis 10.0.0.5:6379").
+    fn location(&self) -> String;
+
+    /// Acquires the lock, waiting (by the backend's own notification, never by polling) until
+    /// `req.deadline`. Errors: [`Busy`](crate::exit::Busy) when not acquired in time,
+    /// [`Interrupted`](crate::exit::Interrupted) when `req.interrupt` fired, anything else is a
+    /// backend failure. No error path may leave the lock held.
+    fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>>;
+
+    /// Who holds `key` now. Takes no lock and changes nothing.
+    fn status(&self, key: &Key) -> anyhow::Result<Status>;
+
+    /// Removes `key`'s lock whoever holds it; returns the status just before. Idempotent: a free
+    /// lock is not an error.
+    fn break_lock(&self, key: &Key) -> anyhow::Result<Status>;
+}
+
+/// Why a renewal failed.
+#[derive(Debug)]
+pub enum RenewError {
+    /// The backend says the lock is no longer ours (expired, deleted, broken, session gone).
+    Lost(String),
+    /// The backend could not be asked; the lease may still be ours until its deadline.
+    Failed(anyhow::Error),
+}
+
+/// A held lock. Created on the main thread by [`Backend::acquire`], then moved to the keeper
+/// thread, which alone calls `renew` and `release`.
+pub trait Lease: Send {
+    /// The fencing token for the child, `None` where the backend cannot guarantee one.
+    fn fencing_token(&self) -> Option<u64>;
+
+    /// Lease length on the server, `None` if the lease never expires by itself (a kernel lock
+    /// lives exactly as long as this process).
+    fn ttl(&self) -> Option<Duration>;
+
+    /// When the request that acquired the lock was sent: the lease deadline counts from here.
+    fn acquired_at(&self) -> BootInstant;
+
+    /// How often the keeper renews (or, without a TTL, checks) the lease.
+    fn renew_every(&self) -> Duration;
+
+    /// Extends the lease by its TTL (or checks it is still ours). Must return within a bounded
+    /// time (socket timeouts), since the lease may be running out.
+    fn renew(&mut self) -> Result<(), RenewError>;
+
+    /// Releases the lock if it is still ours, and wakes one waiter. Consumes the lease.
+    fn release(self: Box<Self>) -> anyhow::Result<()>;
+}
+
+/// Opens the backend a target names. Parses the backend's URL: a bad one is a [`Usage`] error.
+pub fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
+    match target.kind {
+        BackendKind::File => Ok(Box::new(file::FileBackend::open(&target.urls)?)),
+        other => Err(Usage(format!(
+            "the {} backend is not built yet; use --backend file",
+            other.name()
+        ))
+        .into()),
+    }
+}
+
+/// This host's name, or "localhost" if it has none.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer and its length are valid; gethostname NUL-terminates when it fits.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}

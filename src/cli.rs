@@ -1,0 +1,270 @@
+//! The command line, as clap types and nothing else: the one source of `--help`, the shell
+//! completions and the man pages. [`crate::config`] turns these into a checked configuration;
+//! no other module sees clap.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+
+/// Exit statuses, for `--help` and the man page (SPEC.md, "Exit codes").
+pub const EXIT_STATUS: &[(&str, &str)] = &[
+    ("child's code", "the command ran and exited with this code"),
+    (
+        "128+N",
+        "the command was killed by signal N, or dlock was stopped by signal N",
+    ),
+    ("2", "usage error: bad flag, duration, key or URL"),
+    (
+        "69",
+        "the backend was unavailable or failed before the command started",
+    ),
+    (
+        "75",
+        "lock not acquired: busy with --no-wait, or --wait ran out (change with -E)",
+    ),
+    (
+        "79",
+        "the lock was lost while the command ran; the command was terminated",
+    ),
+    ("126", "the command was found but could not be executed"),
+    ("127", "the command was not found"),
+];
+
+/// Environment variables dlock reads or sets, for `--help` and the man page.
+pub const ENVIRONMENT: &[(&str, &str)] = &[
+    ("DLOCK_BACKEND", "default for --backend"),
+    (
+        "DLOCK_URL",
+        "default for --url; keep credentials here rather than on the command line, where ps shows them",
+    ),
+    ("DLOCK_KEY", "set for the command: the key it runs under"),
+    (
+        "DLOCK_BACKEND (in the command)",
+        "set for the command: file, redis, zookeeper or mysql",
+    ),
+    (
+        "DLOCK_FENCING_TOKEN",
+        "set for the command: a number greater than every token handed out before for this key",
+    ),
+];
+
+/// Examples, for `--help` and the man page.
+pub const EXAMPLES: &[(&str, &str)] = &[
+    (
+        "dlock run --key nightly-report -- ./report.sh",
+        "run report.sh unless another run on this host holds 'nightly-report' (waits for it)",
+    ),
+    (
+        "dlock run -k deploy --wait 10m -- ./deploy.sh",
+        "wait at most ten minutes for the lock, then exit 75",
+    ),
+    (
+        "dlock run -k backup --no-wait -E 0 -- ./backup.sh",
+        "skip quietly (exit 0) when a backup is running",
+    ),
+    (
+        "dlock status -k deploy --json",
+        "who holds 'deploy', as JSON",
+    ),
+    (
+        "dlock break -k deploy",
+        "remove a stale lock; its holder notices and stops its command",
+    ),
+];
+
+fn table(title: &str, rows: &[(&str, &str)]) -> String {
+    let width = rows.iter().map(|(a, _)| a.len()).max().unwrap_or(0);
+    let mut s = format!("{title}:\n");
+    for (a, b) in rows {
+        s.push_str(&format!("  {a:width$}  {b}\n"));
+    }
+    s
+}
+
+/// The text after `dlock --help`: exit statuses, environment and examples.
+pub fn after_long_help() -> String {
+    [
+        table("Exit status", EXIT_STATUS),
+        table("Environment", ENVIRONMENT),
+        table("Examples", EXAMPLES),
+    ]
+    .join("\n")
+}
+
+/// dlock: run a command while holding a named lock.
+#[derive(Debug, Parser)]
+#[command(
+    name = "dlock",
+    version,
+    about = "Run a command while holding a named lock (file, Redis, ZooKeeper or MySQL)",
+    long_about = "Run a command while holding a named lock on a local file (the default), Redis, \
+ZooKeeper or MySQL/MariaDB. The lease is renewed in the background; if it is lost, the command is \
+terminated before anyone else can take the lock, and dlock exits 79.",
+    after_long_help = after_long_help(),
+    propagate_version = true
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run COMMAND while holding the lock KEY
+    #[command(
+        long_about = "Acquire the lock KEY (waiting for it unless --no-wait or --wait), run COMMAND \
+with the lock held, release it when COMMAND exits. COMMAND is executed directly, not through a \
+shell; everything after `--` belongs to it.",
+        after_long_help = table("Exit status", EXIT_STATUS)
+    )]
+    Run(RunArgs),
+    /// Show who holds KEY, since when, and who waits
+    Status(StatusArgs),
+    /// Forcibly remove the lock KEY, whoever holds it
+    #[command(
+        name = "break",
+        long_about = "Remove the lock KEY whatever its holder: an operator's tool for stale locks. \
+Prints what it removed and exits 0, also when nothing was held. The holder's dlock notices and \
+terminates its command (exit 79)."
+    )]
+    Break(BreakArgs),
+    /// Print a shell completion script
+    Completions(CompletionsArgs),
+}
+
+/// Where the lock lives.
+#[derive(Debug, Args)]
+pub struct BackendArgs {
+    /// Lock backend [default: from the URL's scheme, else file]
+    #[arg(short = 'b', long, env = "DLOCK_BACKEND", value_name = "NAME")]
+    pub backend: Option<BackendName>,
+
+    /// Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379
+    #[arg(
+        short = 'u',
+        long = "url",
+        env = "DLOCK_URL",
+        value_name = "URL",
+        action = ArgAction::Append,
+        hide_env_values = true
+    )]
+    pub urls: Vec<String>,
+}
+
+/// The backends, as named on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendName {
+    /// flock(2) on a lock file on this host
+    File,
+    /// Redis (single instance, or Redlock with --url given 3, 5, ... times)
+    Redis,
+    /// ZooKeeper (ephemeral sequential nodes)
+    #[value(alias = "zk")]
+    Zookeeper,
+    /// MySQL or MariaDB (GET_LOCK)
+    Mysql,
+}
+
+/// Diagnostics on stderr.
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// Log acquire, renew and release events with timings
+    #[arg(short = 'v', long, action = ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+
+    /// Print nothing but errors
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+}
+
+/// `dlock run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    /// The lock's name (1-256 bytes of UTF-8, no control characters)
+    #[arg(short = 'k', long, value_name = "KEY")]
+    pub key: String,
+
+    /// Lease length on the server; renewed every ttl/3
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// Give up after waiting this long for the lock [default: wait forever]
+    #[arg(short = 'w', long, value_name = "DURATION", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+
+    /// Try once; do not wait
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub no_wait: bool,
+
+    /// Exit code when the lock was not acquired
+    #[arg(short = 'E', long, value_name = "N", default_value_t = 75)]
+    pub conflict_exit_code: u8,
+
+    /// After SIGTERM to the command, how long before SIGKILL
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub kill_grace: Duration,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+
+    /// The command and its arguments (after `--`)
+    #[arg(
+        value_name = "COMMAND",
+        required = true,
+        trailing_var_arg = true,
+        num_args = 1..,
+        value_hint = clap::ValueHint::CommandWithArguments
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// `dlock status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    /// The lock's name
+    #[arg(short = 'k', long, value_name = "KEY")]
+    pub key: String,
+
+    /// Print one JSON object (key, backend, held, holders, ...)
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `dlock break`.
+#[derive(Debug, Args)]
+pub struct BreakArgs {
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    /// The lock's name
+    #[arg(short = 'k', long, value_name = "KEY")]
+    pub key: String,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `dlock completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to print a completion script for
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
+/// A humantime duration such as `500ms`, `30s` or `2m`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (use e.g. 500ms, 30s, 2m)"))
+}

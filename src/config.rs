@@ -1,0 +1,319 @@
+//! From clap's types to a checked configuration: the key is valid, the backend is chosen and
+//! agrees with the URLs, durations are sane. Nothing below this module sees clap, and nothing
+//! below it has to validate user input again (backends still parse their own URL forms).
+
+use std::ffi::OsString;
+use std::fmt;
+use std::time::Duration;
+
+use crate::cli;
+use crate::exit::Usage;
+
+/// Longest key, in bytes (SPEC.md).
+pub const MAX_KEY_BYTES: usize = 256;
+/// Shortest `--ttl`: renewing every ttl/3 must leave time for a round trip.
+pub const MIN_TTL: Duration = Duration::from_millis(300);
+
+/// A lock's name: 1-256 bytes of UTF-8 without control characters. Backends must map every such
+/// key to a safe name of their own (`/`, `..`, spaces and unicode included).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Key(String);
+
+impl Key {
+    /// Checks the SPEC.md rules.
+    pub fn new(s: &str) -> Result<Key, Usage> {
+        if s.is_empty() {
+            return Err(Usage("--key must not be empty".into()));
+        }
+        if s.len() > MAX_KEY_BYTES {
+            return Err(Usage(format!(
+                "--key is {} bytes long; the limit is {MAX_KEY_BYTES}",
+                s.len()
+            )));
+        }
+        if let Some(c) = s.chars().find(|c| c.is_control()) {
+            return Err(Usage(format!(
+                "--key must not contain control characters (found {c:?})"
+            )));
+        }
+        Ok(Key(s.to_string()))
+    }
+
+    /// The key as given.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The backends dlock knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    /// flock(2) on a local file.
+    File,
+    /// Redis, one instance or Redlock.
+    Redis,
+    /// ZooKeeper.
+    Zookeeper,
+    /// MySQL or MariaDB.
+    Mysql,
+}
+
+impl BackendKind {
+    /// The name used in messages and in `DLOCK_BACKEND` for the child.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::File => "file",
+            BackendKind::Redis => "redis",
+            BackendKind::Zookeeper => "zookeeper",
+            BackendKind::Mysql => "mysql",
+        }
+    }
+
+    /// The backend a URL scheme names, if any.
+    fn from_scheme(scheme: &str) -> Option<BackendKind> {
+        Some(match scheme.to_ascii_lowercase().as_str() {
+            "file" => BackendKind::File,
+            "redis" | "rediss" | "redis+unix" | "unix" => BackendKind::Redis,
+            "zk" | "zookeeper" => BackendKind::Zookeeper,
+            "mysql" | "mariadb" => BackendKind::Mysql,
+            _ => return None,
+        })
+    }
+}
+
+impl From<cli::BackendName> for BackendKind {
+    fn from(b: cli::BackendName) -> Self {
+        match b {
+            cli::BackendName::File => BackendKind::File,
+            cli::BackendName::Redis => BackendKind::Redis,
+            cli::BackendName::Zookeeper => BackendKind::Zookeeper,
+            cli::BackendName::Mysql => BackendKind::Mysql,
+        }
+    }
+}
+
+/// Which backend, and where. URLs may hold credentials: print them only through [`redact`].
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The chosen backend.
+    pub kind: BackendKind,
+    /// The URLs as given (possibly none: the backend's default).
+    pub urls: Vec<String>,
+}
+
+impl Target {
+    fn from_args(args: &cli::BackendArgs) -> Result<Target, Usage> {
+        let mut schemes = Vec::new();
+        for url in &args.urls {
+            let scheme = url.split_once("://").map(|(s, _)| s).or_else(|| {
+                // `unix:/path` and `file:/path` have no authority part.
+                url.split_once(':')
+                    .map(|(s, _)| s)
+                    .filter(|s| !s.is_empty())
+            });
+            let kind = scheme.and_then(BackendKind::from_scheme).ok_or_else(|| {
+                Usage(format!(
+                    "unsupported URL '{}': expected file://, redis://, rediss://, zk:// or mysql://",
+                    redact(url)
+                ))
+            })?;
+            schemes.push(kind);
+        }
+        let kind = match (args.backend.map(BackendKind::from), schemes.first()) {
+            (Some(b), _) => b,
+            (None, Some(k)) => *k,
+            (None, None) => BackendKind::File,
+        };
+        if let Some((url, k)) = args.urls.iter().zip(&schemes).find(|(_, k)| **k != kind) {
+            return Err(Usage(format!(
+                "URL '{}' is a {} URL, but the backend is {}",
+                redact(url),
+                k.name(),
+                kind.name()
+            )));
+        }
+        Ok(Target {
+            kind,
+            urls: args.urls.clone(),
+        })
+    }
+}
+
+/// How long to wait for a busy lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Try once (`--no-wait`, or `--wait 0`).
+    No,
+    /// Wait at most this long.
+    For(Duration),
+    /// Wait until acquired or interrupted (the default).
+    Forever,
+}
+
+/// How chatty dlock is on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verbosity {
+    /// Errors only (`-q`).
+    Quiet,
+    /// Errors, warnings and the waiting line on a terminal.
+    Normal,
+    /// Also acquire/renew/release events with timings (`-v`).
+    Verbose,
+}
+
+impl From<&cli::OutputArgs> for Verbosity {
+    fn from(o: &cli::OutputArgs) -> Self {
+        match (o.quiet, o.verbose) {
+            (true, _) => Verbosity::Quiet,
+            (false, 0) => Verbosity::Normal,
+            (false, _) => Verbosity::Verbose,
+        }
+    }
+}
+
+/// A checked `dlock run`.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Where the lock lives.
+    pub target: Target,
+    /// The lock's name.
+    pub key: Key,
+    /// Lease length on the server.
+    pub ttl: Duration,
+    /// How long to wait.
+    pub wait: Wait,
+    /// Exit code when the lock is not acquired.
+    pub conflict_code: u8,
+    /// SIGTERM-to-SIGKILL delay.
+    pub kill_grace: Duration,
+    /// Diagnostics level.
+    pub verbosity: Verbosity,
+    /// The command and its arguments; never empty.
+    pub command: Vec<OsString>,
+}
+
+impl RunConfig {
+    /// Validates `dlock run`'s arguments.
+    pub fn from_args(a: cli::RunArgs) -> Result<RunConfig, Usage> {
+        if a.ttl < MIN_TTL {
+            return Err(Usage(format!(
+                "--ttl {} is too short; the minimum is {}",
+                humantime::format_duration(a.ttl),
+                humantime::format_duration(MIN_TTL)
+            )));
+        }
+        let wait = match (a.no_wait, a.wait) {
+            (true, _) => Wait::No,
+            (false, Some(d)) if d.is_zero() => Wait::No,
+            (false, Some(d)) => Wait::For(d),
+            (false, None) => Wait::Forever,
+        };
+        if a.command.first().is_none_or(|c| c.is_empty()) {
+            return Err(Usage("COMMAND must not be empty".into()));
+        }
+        Ok(RunConfig {
+            target: Target::from_args(&a.backend)?,
+            key: Key::new(&a.key)?,
+            ttl: a.ttl,
+            wait,
+            conflict_code: a.conflict_exit_code,
+            kill_grace: a.kill_grace,
+            verbosity: Verbosity::from(&a.output),
+            command: a.command,
+        })
+    }
+}
+
+/// A checked `dlock status` or `dlock break`.
+#[derive(Clone, Debug)]
+pub struct KeyConfig {
+    /// Where the lock lives.
+    pub target: Target,
+    /// The lock's name.
+    pub key: Key,
+    /// Diagnostics level.
+    pub verbosity: Verbosity,
+}
+
+impl KeyConfig {
+    /// Validates the arguments shared by `status` and `break`.
+    pub fn new(
+        backend: &cli::BackendArgs,
+        key: &str,
+        output: &cli::OutputArgs,
+    ) -> Result<Self, Usage> {
+        Ok(KeyConfig {
+            target: Target::from_args(backend)?,
+            key: Key::new(key)?,
+            verbosity: Verbosity::from(output),
+        })
+    }
+}
+
+/// The URL with any password replaced by `***`, for messages. Works on URLs it cannot parse
+/// too: whatever stands between the first `:` and the last `@` of the authority is hidden.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let Some(at) = authority.rfind('@') else {
+        return url.to_string();
+    };
+    let (userinfo, host) = authority.split_at(at);
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***{host}{tail}"),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_spec() {
+        assert!(Key::new("a").is_ok());
+        assert!(Key::new("../etc/passwd with spaces/ünïcode").is_ok());
+        assert!(Key::new(&"x".repeat(256)).is_ok());
+        assert!(Key::new(&"x".repeat(257)).is_err());
+        assert!(Key::new("").is_err());
+        assert!(Key::new("a\nb").is_err());
+        assert!(Key::new("a\u{7f}").is_err());
+    }
+
+    #[test]
+    fn redaction_hides_passwords_only() {
+        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://:secret@h"), "redis://:***@h");
+        assert_eq!(redact("mysql://u:p@ss:w@rd@h/db"), "mysql://u:***@h/db");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        assert_eq!(redact("redis://user@h"), "redis://user@h");
+        assert_eq!(redact("file:///tmp/x@y:z"), "file:///tmp/x@y:z");
+    }
+
+    #[test]
+    fn scheme_chooses_backend_and_must_agree() {
+        let args = |b: Option<cli::BackendName>, urls: &[&str]| cli::BackendArgs {
+            backend: b,
+            urls: urls.iter().map(|s| s.to_string()).collect(),
+        };
+        assert_eq!(
+            Target::from_args(&args(None, &[])).unwrap().kind,
+            BackendKind::File
+        );
+        let t = Target::from_args(&args(None, &["redis://h"])).unwrap();
+        assert_eq!(t.kind, BackendKind::Redis);
+        assert!(Target::from_args(&args(Some(cli::BackendName::Mysql), &["redis://h"])).is_err());
+        assert!(Target::from_args(&args(None, &["http://h"])).is_err());
+        let err = Target::from_args(&args(None, &["http://u:pw@h"])).unwrap_err();
+        assert!(!err.0.contains("pw"), "{err}");
+    }
+}

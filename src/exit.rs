@@ -1,0 +1,167 @@
+//! The exit-code table of SPEC.md, the few typed errors that choose an exit code, and the mapping
+//! from a child's wait status to dlock's own exit code.
+//!
+//! Everything else is an `anyhow::Error` with context; [`code_for`] finds the typed errors by
+//! downcast, so a backend only has to wrap the cause in the right type once, at the boundary.
+
+use std::fmt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+
+/// Usage error: bad flag, duration, key or URL.
+pub const USAGE: u8 = 2;
+/// The backend was unavailable or failed before the child started (sysexits `EX_UNAVAILABLE`).
+pub const UNAVAILABLE: u8 = 69;
+/// Default code for "lock not acquired" (sysexits `EX_TEMPFAIL`); `-E` changes it.
+pub const DEFAULT_CONFLICT: u8 = 75;
+/// The lock was lost while the child ran and the child was terminated.
+pub const LOST: u8 = 79;
+/// The command exists but could not be executed.
+pub const NOT_EXECUTABLE: u8 = 126;
+/// The command was not found.
+pub const NOT_FOUND: u8 = 127;
+
+/// A usage error found after clap: a bad key, URL or combination of options.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl fmt::Display for Usage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Usage {}
+
+/// The lock is held by someone else and the caller did not (or no longer) want to wait.
+#[derive(Debug)]
+pub struct Busy {
+    /// What the backend knows of the holder, for the message (e.g. "held by host-a pid 42").
+    pub holder: Option<String>,
+    /// True when a `--wait` deadline ran out, false for a `--no-wait` attempt.
+    pub waited: bool,
+}
+
+impl fmt::Display for Busy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.waited {
+            "gave up waiting: lock is busy"
+        } else {
+            "lock is busy"
+        })?;
+        if let Some(h) = &self.holder {
+            write!(f, " (held by {h})")?;
+        }
+        Ok(())
+    }
+}
+impl std::error::Error for Busy {}
+
+/// A wait for the lock was interrupted by a signal; nothing is held.
+#[derive(Debug)]
+pub struct Interrupted(pub i32);
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "interrupted by {} while waiting for the lock",
+            signal_name(self.0)
+        )
+    }
+}
+impl std::error::Error for Interrupted {}
+
+/// The backend cannot be reached or failed; wrap the root cause of a connect/acquire failure.
+#[derive(Debug)]
+pub struct Unavailable(pub String);
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Unavailable {}
+
+/// The exit code for an error, by the first typed error found in its chain. Untyped errors are
+/// backend failures (69): every I/O path of a backend ends there.
+pub fn code_for(err: &anyhow::Error, conflict_code: u8) -> u8 {
+    for cause in err.chain() {
+        if cause.is::<Usage>() {
+            return USAGE;
+        }
+        if cause.is::<Busy>() {
+            return conflict_code;
+        }
+        if let Some(Interrupted(sig)) = cause.downcast_ref::<Interrupted>() {
+            return signal_code(*sig);
+        }
+        if cause.is::<Unavailable>() {
+            return UNAVAILABLE;
+        }
+    }
+    UNAVAILABLE
+}
+
+/// 128 + N, as shells report a death by signal N.
+pub fn signal_code(sig: i32) -> u8 {
+    (128 + sig).clamp(0, 255) as u8
+}
+
+/// The exit code that reports a child's wait status: its own code, or 128+N for signal N.
+pub fn child_code(status: ExitStatus) -> u8 {
+    if let Some(code) = status.code() {
+        return code as u8;
+    }
+    status.signal().map_or(UNAVAILABLE, signal_code)
+}
+
+/// "SIGTERM" for 15, for messages.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_errors_choose_their_code_through_context() {
+        let busy = anyhow::Error::new(Busy {
+            holder: None,
+            waited: false,
+        })
+        .context("file: 'job'");
+        assert_eq!(code_for(&busy, 75), 75);
+        assert_eq!(code_for(&busy, 3), 3);
+        let usage = anyhow::Error::new(Usage("bad".into())).context("x");
+        assert_eq!(code_for(&usage, 75), USAGE);
+        assert_eq!(
+            code_for(&anyhow::Error::new(Interrupted(libc::SIGINT)), 75),
+            130
+        );
+        assert_eq!(
+            code_for(&anyhow::anyhow!("connection refused"), 75),
+            UNAVAILABLE
+        );
+    }
+
+    #[test]
+    fn child_status_maps_codes_and_signals() {
+        assert_eq!(child_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(child_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
+    }
+}

@@ -1,0 +1,95 @@
+//! Shell completions and man pages, generated from the clap definitions in [`crate::cli`]. The
+//! checked-in copies under `completions/` and `man/` are compared with these by a test.
+
+use clap::CommandFactory;
+use clap_complete::{Generator, Shell};
+use roff::{Roff, bold, roman};
+
+use crate::cli::{self, Cli};
+
+/// Every shell dlock ships a completion script for.
+pub const SHELLS: [Shell; 5] = [
+    Shell::Bash,
+    Shell::Zsh,
+    Shell::Fish,
+    Shell::Elvish,
+    Shell::PowerShell,
+];
+
+/// The completion script for `shell`.
+pub fn completion(shell: Shell) -> Vec<u8> {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "dlock", &mut out);
+    out
+}
+
+/// Every generated file, as (path relative to the repository root, contents).
+pub fn all_files() -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = SHELLS
+        .iter()
+        .map(|&s| {
+            (
+                format!("completions/{}", s.file_name("dlock")),
+                completion(s),
+            )
+        })
+        .collect();
+    files.extend(
+        man_pages()
+            .into_iter()
+            .map(|(name, page)| (format!("man/{name}"), page)),
+    );
+    files
+}
+
+/// One man page per (sub)command: `dlock.1`, `dlock-run.1`, ... The main page and `dlock-run.1`
+/// carry EXIT STATUS; the main page also ENVIRONMENT and EXAMPLES.
+pub fn man_pages() -> Vec<(String, Vec<u8>)> {
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let mut pages = vec![page(&cmd, true)];
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        pages.push(page(sub, false));
+    }
+    pages
+}
+
+fn page(cmd: &clap::Command, main: bool) -> (String, Vec<u8>) {
+    // The sections below replace clap's "EXTRA" rendering of after_long_help.
+    let cmd = cmd.clone();
+    let man = clap_mangen::Man::new(cmd.clone());
+    let mut out = Vec::new();
+    let render = |out: &mut Vec<u8>| -> std::io::Result<()> {
+        man.render_title(out)?;
+        man.render_name_section(out)?;
+        man.render_synopsis_section(out)?;
+        man.render_description_section(out)?;
+        if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+            man.render_options_section(out)?;
+        }
+        if cmd.has_subcommands() {
+            man.render_subcommands_section(out)?;
+        }
+        let mut roff = Roff::new();
+        if main || cmd.get_name() == "run" {
+            section(&mut roff, "EXIT STATUS", cli::EXIT_STATUS);
+        }
+        if main {
+            section(&mut roff, "ENVIRONMENT", cli::ENVIRONMENT);
+            section(&mut roff, "EXAMPLES", cli::EXAMPLES);
+        }
+        roff.to_writer(out)?;
+        man.render_version_section(out)
+    };
+    render(&mut out).expect("writing to a Vec cannot fail");
+    (man.get_filename(), out)
+}
+
+fn section(roff: &mut Roff, title: &str, rows: &[(&str, &str)]) {
+    roff.control("SH", [title]);
+    for (term, text) in rows {
+        roff.control("TP", []);
+        roff.text([bold(*term)]);
+        roff.text([roman(*text)]);
+    }
+}

@@ -1,0 +1,95 @@
+//! The keeper: one thread per held lock that owns the [`Lease`] (and so the backend connection),
+//! renews it every `renew_every`, reports each renewal's new deadline and any loss to the
+//! supervisor, and releases the lock when told to stop.
+//!
+//! It does not decide when to kill the child: the supervisor enforces the deadline itself, so a
+//! renewal stuck in a slow server call cannot delay the termination.
+
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::backend::{Lease, RenewError};
+use crate::clock::{BootInstant, drift_margin};
+use crate::report;
+use crate::supervise::Event;
+
+/// The longest the keeper sleeps before looking at `CLOCK_BOOTTIME` again: a sleep is measured
+/// on the monotonic clock, which stops during suspend, so after a resume a long sleep would
+/// renew late.
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+
+/// A running keeper thread.
+pub struct Keeper {
+    stop: Sender<()>,
+    thread: JoinHandle<anyhow::Result<()>>,
+}
+
+/// The lease deadline after a successful request sent at `sent`: the server's TTL counts from
+/// somewhere after the send, so counting from the send is safe; the margin covers clock drift.
+pub fn deadline_after(sent: BootInstant, ttl: Duration) -> BootInstant {
+    sent + ttl - drift_margin(ttl)
+}
+
+impl Keeper {
+    /// Starts renewing `lease` on a new thread; events go to the supervisor.
+    pub fn start(lease: Box<dyn Lease>, events: Sender<Event>) -> std::io::Result<Keeper> {
+        let (stop, stop_rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("dlock-keeper".into())
+            .spawn(move || keep(lease, &stop_rx, &events))?;
+        Ok(Keeper { stop, thread })
+    }
+
+    /// Stops renewing and releases the lock (a no-op on the server if it was lost). Blocks until
+    /// the release is done.
+    pub fn release(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        match self.thread.join() {
+            Ok(result) => result,
+            Err(_) => Err(anyhow::anyhow!("the keeper thread panicked")),
+        }
+    }
+}
+
+fn keep(
+    mut lease: Box<dyn Lease>,
+    stop: &mpsc::Receiver<()>,
+    events: &Sender<Event>,
+) -> anyhow::Result<()> {
+    let every = lease.renew_every();
+    let retry = (every / 2).min(Duration::from_secs(1));
+    let mut next = lease.acquired_at() + every;
+    loop {
+        match stop.recv_timeout(next.remaining().min(MAX_SLEEP)) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if next.remaining() > Duration::ZERO {
+            continue;
+        }
+        let sent = BootInstant::now();
+        match lease.renew() {
+            Ok(()) => {
+                let took = BootInstant::now().saturating_duration_since(sent);
+                if let Some(ttl) = lease.ttl() {
+                    report::verbose(format_args!("renewed the lease in {took:.1?}"));
+                    let _ = events.send(Event::Renewed(deadline_after(sent, ttl)));
+                }
+                next = sent + every;
+            }
+            Err(RenewError::Lost(why)) => {
+                let _ = events.send(Event::Lost(why));
+                // Nothing to renew any more; wait to be told to clean up.
+                let _ = stop.recv();
+                break;
+            }
+            Err(RenewError::Failed(e)) => {
+                report::verbose(format_args!("renewal failed, retrying in {retry:?}: {e:#}"));
+                let _ = events.send(Event::RenewFailed(format!("{e:#}")));
+                next = BootInstant::now() + retry;
+            }
+        }
+    }
+    lease.release()
+}

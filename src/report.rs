@@ -1,0 +1,216 @@
+//! What dlock says on stderr (and `status` on stdout): the verbosity switch, `-v` event lines,
+//! warnings, the updating "waiting for" line on a terminal, and status formatting.
+//!
+//! It never sees URLs: callers pass locations that are already free of credentials.
+
+use std::fmt::Arguments;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::backend::{Holder, Status};
+use crate::config::Verbosity;
+
+static LEVEL: AtomicU8 = AtomicU8::new(1);
+
+/// Sets the process-wide verbosity.
+pub fn set_verbosity(v: Verbosity) {
+    LEVEL.store(v as u8, Ordering::Relaxed);
+}
+
+fn level() -> u8 {
+    LEVEL.load(Ordering::Relaxed)
+}
+
+/// An event line, shown with `-v` only.
+pub fn verbose(args: Arguments<'_>) {
+    if level() >= Verbosity::Verbose as u8 {
+        eprintln!("dlock: {args}");
+    }
+}
+
+/// A warning, hidden by `-q`.
+pub fn warn(args: Arguments<'_>) {
+    if level() >= Verbosity::Normal as u8 {
+        eprintln!("dlock: warning: {args}");
+    }
+}
+
+/// An error: always shown, one line.
+pub fn error(args: Arguments<'_>) {
+    let line = args.to_string().replace('\n', " ");
+    eprintln!("dlock: {line}");
+}
+
+/// Whole seconds or milliseconds, for humans.
+pub fn short_duration(d: Duration) -> String {
+    if d >= Duration::from_secs(60) {
+        let s = d.as_secs();
+        if s >= 3600 {
+            format!("{}h{:02}m", s / 3600, s / 60 % 60)
+        } else {
+            format!("{}m{:02}s", s / 60, s % 60)
+        }
+    } else if d >= Duration::from_secs(1) {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// The updating "waiting for" line: shown after about a second of waiting, only when stderr is
+/// a terminal and not `-q`, redrawn every second, erased when dropped.
+pub struct WaitingLine {
+    holder: Arc<Mutex<Option<Holder>>>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl WaitingLine {
+    /// Starts the line for `key` (it appears only after a second).
+    pub fn start(key: &str) -> WaitingLine {
+        let holder = Arc::new(Mutex::new(None::<Holder>));
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let thread =
+            (level() >= Verbosity::Normal as u8 && std::io::stderr().is_terminal()).then(|| {
+                let (holder, stop, key) = (holder.clone(), stop.clone(), key.to_string());
+                std::thread::spawn(move || draw(&key, &holder, &stop))
+            });
+        WaitingLine {
+            holder,
+            stop,
+            thread,
+        }
+    }
+
+    /// Records who holds the lock, for the next redraw. Called from the waiting thread.
+    pub fn holder(&self, h: &Holder) {
+        *self.holder.lock().unwrap_or_else(|e| e.into_inner()) = Some(h.clone());
+    }
+}
+
+impl Drop for WaitingLine {
+    fn drop(&mut self) {
+        *self.stop.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.stop.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn draw(key: &str, holder: &Mutex<Option<Holder>>, stop: &(Mutex<bool>, Condvar)) {
+    let started = Instant::now();
+    let mut drawn = false;
+    let mut stopped = stop.0.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let (guard, _) = stop
+            .1
+            .wait_timeout_while(stopped, Duration::from_secs(1), |s| !*s)
+            .unwrap_or_else(|e| e.into_inner());
+        stopped = guard;
+        let mut err = std::io::stderr().lock();
+        if *stopped {
+            if drawn {
+                let _ = write!(err, "\r\x1b[K");
+            }
+            return;
+        }
+        let by = match &*holder.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(h) => match h.held_for() {
+                Some(d) => format!(" (held by {} for {})", h.short(), short_duration(d)),
+                None => format!(" (held by {})", h.short()),
+            },
+            None => String::new(),
+        };
+        let waited = short_duration(started.elapsed());
+        let _ = write!(err, "\r\x1b[Kdlock: waiting for '{key}'{by}… {waited}");
+        let _ = err.flush();
+        drawn = true;
+    }
+}
+
+/// `dlock status` for humans.
+pub fn status_text(s: &Status) -> String {
+    let mut out = format!("{} on {} ({})\n", s.key, s.backend, s.location);
+    if !s.held {
+        out.push_str("  free\n");
+    }
+    for h in &s.holders {
+        out.push_str(&format!("  held by {}", h.short()));
+        if let Some(d) = h.held_for() {
+            out.push_str(&format!(" for {}", short_duration(d)));
+        }
+        out.push('\n');
+        if let Some(c) = &h.command {
+            out.push_str(&format!("    command: {c}\n"));
+        }
+        if let Some(ms) = h.since_ms {
+            let t = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+            out.push_str(&format!(
+                "    since: {}\n",
+                humantime::format_rfc3339_seconds(t)
+            ));
+        }
+        match h.lease_left_ms {
+            Some(ms) => out.push_str(&format!(
+                "    lease left: {}\n",
+                short_duration(Duration::from_millis(ms))
+            )),
+            None if s.backend == "file" => out.push_str("    lease: until the process exits\n"),
+            None => {}
+        }
+        if let Some(t) = h.fencing_token {
+            out.push_str(&format!("    fencing token: {t}\n"));
+        }
+    }
+    if let Some(w) = s.waiters {
+        out.push_str(&format!("  waiting: {w}\n"));
+    }
+    for n in &s.notes {
+        out.push_str(&format!("  note: {n}\n"));
+    }
+    out
+}
+
+/// `dlock break`'s report of what it removed.
+pub fn broke_text(s: &Status) -> String {
+    if !s.held {
+        return format!(
+            "'{}' on {} was not held; nothing removed\n",
+            s.key, s.backend
+        );
+    }
+    let holders: Vec<String> = s
+        .holders
+        .iter()
+        .map(|h| {
+            let mut d = h.short();
+            if let Some(c) = &h.command {
+                d.push_str(&format!(" running '{c}'"));
+            }
+            d
+        })
+        .collect();
+    format!(
+        "removed '{}' on {} (was held by {})\n",
+        s.key,
+        s.backend,
+        holders.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(short_duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(short_duration(Duration::from_secs(12)), "12s");
+        assert_eq!(short_duration(Duration::from_secs(125)), "2m05s");
+        assert_eq!(short_duration(Duration::from_secs(3725)), "1h02m");
+    }
+}

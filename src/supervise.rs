@@ -1,0 +1,367 @@
+//! The child: spawning it, reaping it (and anything it leaves behind), forwarding signals, and
+//! stopping it in time when the lease is lost.
+//!
+//! dlock makes itself a child subreaper, so every process the command starts stays in dlock's
+//! subtree even when its parent exits; a lease loss can then kill the whole job, not just a shell
+//! whose `sleep` would run on without the lock. The child stays in dlock's process group, so it
+//! keeps the terminal (reads from it, gets Ctrl-C and Ctrl-Z like any foreground job).
+//!
+//! Everything here runs on the main thread except the reaper, which only waits and reports.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, ExitStatus};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::clock::BootInstant;
+use crate::exit;
+use crate::signals::Received;
+
+/// Everything the main thread waits for while the child runs.
+#[derive(Debug)]
+pub enum Event {
+    /// SIGINT, SIGTERM or SIGHUP arrived.
+    Signal(Received),
+    /// The child exited (reaped).
+    ChildExited(ExitStatus),
+    /// No child of dlock is left (the child and everything reparented to dlock are reaped).
+    AllReaped,
+    /// The lease was renewed; it now lasts until this instant.
+    Renewed(BootInstant),
+    /// A renewal failed; the lease may still be ours until its deadline.
+    RenewFailed(String),
+    /// The backend says the lease is gone.
+    Lost(String),
+}
+
+/// Why the child was stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// It exited by itself.
+    Exited(ExitStatus),
+    /// dlock received this signal.
+    Signalled(i32),
+    /// The lease was lost (or could no longer be trusted) for this reason.
+    Lost(String),
+}
+
+impl Ending {
+    /// dlock's exit code for this ending (SPEC.md).
+    pub fn code(&self) -> u8 {
+        match self {
+            Ending::Exited(status) => exit::child_code(*status),
+            Ending::Signalled(sig) => exit::signal_code(*sig),
+            Ending::Lost(_) => exit::LOST,
+        }
+    }
+}
+
+/// Makes this process the reaper of every orphan below it. Call once, before spawning.
+pub fn become_subreaper() {
+    // SAFETY: prctl with integer arguments; failure (very old kernels) only weakens cleanup.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// A running child. Signals go to it only while it is unreaped, so never to a recycled pid.
+pub struct Child {
+    pid: libc::pid_t,
+    reaped: Arc<Mutex<bool>>,
+}
+
+/// Why the command could not be started.
+#[derive(Debug)]
+pub struct SpawnError {
+    /// 126 or 127.
+    pub code: u8,
+    /// What went wrong, naming the command.
+    pub message: String,
+}
+
+/// Spawns `command` directly (no shell) from the calling thread, which must be the main thread
+/// and must outlive the child: `PR_SET_PDEATHSIG` fires when the *thread* that forked exits. The
+/// reaper thread reports on `events`.
+pub fn spawn(
+    command: &[OsString],
+    env: &[(&str, String)],
+    events: Sender<Event>,
+) -> Result<Child, SpawnError> {
+    // SAFETY: getpid cannot fail.
+    let parent = unsafe { libc::getpid() };
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..]);
+    // An inherited token (dlock inside dlock) must not pass for ours when we have none.
+    cmd.env_remove("DLOCK_FENCING_TOKEN");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // dlock died between fork and prctl: the death signal was missed, so die now.
+            if libc::getppid() != parent {
+                libc::raise(libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|e| {
+        let name = command[0].to_string_lossy();
+        let code = match e.kind() {
+            io::ErrorKind::NotFound => exit::NOT_FOUND,
+            _ => exit::NOT_EXECUTABLE,
+        };
+        SpawnError {
+            code,
+            message: format!("cannot run '{name}': {e}"),
+        }
+    })?;
+    let pid = child.id() as libc::pid_t;
+    // The std handle is not used to wait: the reaper waits for every child, orphans included.
+    drop(child);
+    let reaped = Arc::new(Mutex::new(false));
+    let flag = reaped.clone();
+    let spawned = std::thread::Builder::new()
+        .name("dlock-reaper".into())
+        .spawn(move || reap(pid, &flag, &events));
+    if let Err(e) = spawned {
+        // SAFETY: plain kill of our own unreaped child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        return Err(SpawnError {
+            code: exit::NOT_EXECUTABLE,
+            message: format!("cannot start reaper: {e}"),
+        });
+    }
+    Ok(Child { pid, reaped })
+}
+
+/// Waits for every child of this process: reports the main child's status, reaps orphans that
+/// were reparented here, and says when none is left.
+fn reap(main: libc::pid_t, reaped: &Mutex<bool>, events: &Sender<Event>) {
+    loop {
+        // SAFETY: zeroed siginfo is a valid out-parameter for waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // WNOWAIT: learn who exited without reaping, so its pid cannot be recycled while the main
+        // thread might still signal it.
+        // SAFETY: valid pointer.
+        let rc = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if rc != 0 {
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                _ => break, // ECHILD: nothing left
+            }
+        }
+        // SAFETY: waitid filled a CLD_* siginfo.
+        let pid = unsafe { info.si_pid() };
+        if pid == main {
+            let mut flag = reaped.lock().unwrap_or_else(|e| e.into_inner());
+            let status = wait_pid(pid);
+            *flag = true;
+            drop(flag);
+            let _ = events.send(Event::ChildExited(status));
+        } else {
+            wait_pid(pid);
+        }
+    }
+    let _ = events.send(Event::AllReaped);
+}
+
+fn wait_pid(pid: libc::pid_t) -> ExitStatus {
+    let mut status = 0;
+    loop {
+        // SAFETY: valid pointer; pid is our unreaped child.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return ExitStatus::from_raw(status);
+        }
+    }
+}
+
+impl Child {
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Sends `sig` to the child if it has not been reaped yet.
+    fn signal(&self, sig: i32) {
+        let reaped = self.reaped.lock().unwrap_or_else(|e| e.into_inner());
+        if !*reaped {
+            // SAFETY: the pid is our unreaped child (held by the lock above), so it is not reused.
+            unsafe { libc::kill(self.pid, sig) };
+        }
+    }
+}
+
+/// Sends `sig` to every descendant of this process (the child, its children, and orphans
+/// reparented here). Descendants are found in /proc; a process forked during the scan is caught
+/// by the next call.
+fn signal_descendants(sig: i32) {
+    // SAFETY: getpid cannot fail.
+    let me = unsafe { libc::getpid() };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let mut parent_of = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        if let Some(ppid) = read_ppid(pid) {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut tree = vec![me];
+    let mut i = 0;
+    while i < tree.len() {
+        let p = tree[i];
+        tree.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    for pid in tree.into_iter().skip(1) {
+        // SAFETY: plain kill; see the doc comment for the (tiny) recycling window.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+fn read_ppid(pid: libc::pid_t) -> Option<libc::pid_t> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid ...": comm may contain spaces and parentheses; skip past the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The supervisor's knowledge of the lease.
+pub struct LeaseClock {
+    /// When the lease runs out unless renewed; `None` if it never runs out by itself.
+    pub deadline: Option<BootInstant>,
+    /// How long before the deadline to start terminating: the child gets SIGTERM then and
+    /// SIGKILL at the deadline, so it is gone before anyone else can hold the lock.
+    pub loss_grace: Duration,
+}
+
+struct Stopping {
+    why: Ending,
+    kill_at: BootInstant,
+    killed: bool,
+    child_status: Option<ExitStatus>,
+}
+
+/// Runs the event loop until the child has exited (and, when dlock stopped it, everything it
+/// left behind is gone). Forwards signals, enforces the lease deadline, escalates to SIGKILL.
+pub fn supervise(
+    child: &Child,
+    events: &Receiver<Event>,
+    mut lease: LeaseClock,
+    kill_grace: Duration,
+) -> Ending {
+    let mut stopping: Option<Stopping> = None;
+    let mut last_renew_error: Option<String> = None;
+    loop {
+        let now = BootInstant::now();
+        let mut wake = Duration::from_secs(1);
+        match &mut stopping {
+            None => {
+                if let Some(deadline) = lease.deadline {
+                    let start = deadline - lease.loss_grace;
+                    if now >= start {
+                        let why = last_renew_error
+                            .take()
+                            .unwrap_or_else(|| "no answer".into());
+                        let reason =
+                            format!("the lease could not be renewed before it ran out ({why})");
+                        stopping = Some(stop(child, Ending::Lost(reason), deadline));
+                        continue;
+                    }
+                    wake = wake.min(start.saturating_duration_since(now));
+                }
+            }
+            Some(s) => {
+                if now >= s.kill_at {
+                    // Keep killing: a process forked during the last scan is caught by this one.
+                    child.signal(libc::SIGKILL);
+                    signal_descendants(libc::SIGKILL);
+                    s.killed = true;
+                    wake = Duration::from_millis(50);
+                } else {
+                    wake = wake.min(s.kill_at.saturating_duration_since(now));
+                }
+                if s.child_status.is_some() && s.killed && now >= s.kill_at + Duration::from_secs(1)
+                {
+                    // Something below the child cannot be killed (uninterruptible sleep): give up
+                    // on it rather than hang; the child itself is gone.
+                    return s.why.clone();
+                }
+            }
+        }
+        let event = match events.recv_timeout(wake) {
+            Ok(e) => e,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Ending::Lost("internal: event channel closed".into());
+            }
+        };
+        match event {
+            Event::Signal(r) => {
+                if !r.from_terminal {
+                    child.signal(r.signal);
+                }
+                if stopping.is_none() {
+                    let kill_at = BootInstant::now() + kill_grace;
+                    stopping = Some(Stopping {
+                        why: Ending::Signalled(r.signal),
+                        kill_at,
+                        killed: false,
+                        child_status: None,
+                    });
+                }
+            }
+            Event::Renewed(deadline) => {
+                lease.deadline = Some(deadline);
+                last_renew_error = None;
+            }
+            Event::RenewFailed(e) => last_renew_error = Some(e),
+            Event::Lost(reason) => {
+                if stopping.is_none() {
+                    let kill_at = BootInstant::now() + kill_grace;
+                    stopping = Some(stop(child, Ending::Lost(reason), kill_at));
+                }
+            }
+            Event::ChildExited(status) => match &mut stopping {
+                None => return Ending::Exited(status),
+                Some(s) => {
+                    s.child_status = Some(status);
+                    // What the child left behind gets the same treatment it got.
+                    signal_descendants(libc::SIGTERM);
+                }
+            },
+            Event::AllReaped => {
+                if let Some(s) = &stopping {
+                    return s.why.clone();
+                }
+            }
+        }
+    }
+}
+
+/// Starts terminating the whole job: SIGTERM to every descendant now, SIGKILL at `kill_at`.
+fn stop(child: &Child, why: Ending, kill_at: BootInstant) -> Stopping {
+    child.signal(libc::SIGTERM);
+    signal_descendants(libc::SIGTERM);
+    Stopping {
+        why,
+        kill_at,
+        killed: false,
+        child_status: None,
+    }
+}
