@@ -48,14 +48,18 @@ pub fn main() -> ExitCode {
 /// Help and version go to stdout as clap renders them; errors become one `dlock:` line, exit 2.
 fn clap_error(e: &clap::Error) -> u8 {
     use clap::error::ErrorKind;
-    if matches!(
-        e.kind(),
-        ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-    ) {
-        let _ = e.print();
-        return e.exit_code() as u8;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            return 0;
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            report::error(format_args!(
+                "missing subcommand: run, status, break or completions (see --help)"
+            ));
+            return exit::USAGE;
+        }
+        _ => {}
     }
     // clap's message is "error: what\n  detail\n\nUsage: ...": keep the first paragraph on one line.
     let text = e.render().to_string();

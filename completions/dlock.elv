@@ -1,0 +1,113 @@
+
+use builtin;
+use str;
+
+set edit:completion:arg-completer[dlock] = {|@words|
+    fn spaces {|n|
+        builtin:repeat $n ' ' | str:join ''
+    }
+    fn cand {|text desc|
+        edit:complex-candidate $text &display=$text' '(spaces (- 14 (wcswidth $text)))$desc
+    }
+    var command = 'dlock'
+    for word $words[1..-1] {
+        if (str:has-prefix $word '-') {
+            break
+        }
+        set command = $command';'$word
+    }
+    var completions = [
+        &'dlock'= {
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand run 'Run COMMAND while holding the lock KEY'
+            cand status 'Show who holds KEY, since when, and who waits'
+            cand break 'Forcibly remove the lock KEY, whoever holds it'
+            cand completions 'Print a shell completion script'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'dlock;run'= {
+            cand -b 'Lock backend [default: from the URL''s scheme, else file]'
+            cand --backend 'Lock backend [default: from the URL''s scheme, else file]'
+            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379'
+            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379'
+            cand -k 'The lock''s name (1-256 bytes of UTF-8, no control characters)'
+            cand --key 'The lock''s name (1-256 bytes of UTF-8, no control characters)'
+            cand --ttl 'Lease length on the server; renewed every ttl/3'
+            cand -w 'Give up after waiting this long for the lock [default: wait forever]'
+            cand --wait 'Give up after waiting this long for the lock [default: wait forever]'
+            cand -E 'Exit code when the lock was not acquired'
+            cand --conflict-exit-code 'Exit code when the lock was not acquired'
+            cand --kill-grace 'After SIGTERM to the command, how long before SIGKILL'
+            cand -n 'Try once; do not wait'
+            cand --no-wait 'Try once; do not wait'
+            cand -v 'Log acquire, renew and release events with timings'
+            cand --verbose 'Log acquire, renew and release events with timings'
+            cand -q 'Print nothing but errors'
+            cand --quiet 'Print nothing but errors'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'dlock;status'= {
+            cand -b 'Lock backend [default: from the URL''s scheme, else file]'
+            cand --backend 'Lock backend [default: from the URL''s scheme, else file]'
+            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379'
+            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379'
+            cand -k 'The lock''s name'
+            cand --key 'The lock''s name'
+            cand --json 'Print one JSON object (key, backend, held, holders, ...)'
+            cand -v 'Log acquire, renew and release events with timings'
+            cand --verbose 'Log acquire, renew and release events with timings'
+            cand -q 'Print nothing but errors'
+            cand --quiet 'Print nothing but errors'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'dlock;break'= {
+            cand -b 'Lock backend [default: from the URL''s scheme, else file]'
+            cand --backend 'Lock backend [default: from the URL''s scheme, else file]'
+            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379'
+            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379'
+            cand -k 'The lock''s name'
+            cand --key 'The lock''s name'
+            cand -v 'Log acquire, renew and release events with timings'
+            cand --verbose 'Log acquire, renew and release events with timings'
+            cand -q 'Print nothing but errors'
+            cand --quiet 'Print nothing but errors'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'dlock;completions'= {
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'dlock;help'= {
+            cand run 'Run COMMAND while holding the lock KEY'
+            cand status 'Show who holds KEY, since when, and who waits'
+            cand break 'Forcibly remove the lock KEY, whoever holds it'
+            cand completions 'Print a shell completion script'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'dlock;help;run'= {
+        }
+        &'dlock;help;status'= {
+        }
+        &'dlock;help;break'= {
+        }
+        &'dlock;help;completions'= {
+        }
+        &'dlock;help;help'= {
+        }
+    ]
+    $completions[$command]
+}

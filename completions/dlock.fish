@@ -1,0 +1,76 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_dlock_global_optspecs
+    string join \n h/help V/version
+end
+
+function __fish_dlock_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_dlock_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_dlock_using_subcommand
+    set -l cmd (__fish_dlock_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c dlock -n "__fish_dlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_needs_command" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "run" -d 'Run COMMAND while holding the lock KEY'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "status" -d 'Show who holds KEY, since when, and who waits'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "break" -d 'Forcibly remove the lock KEY, whoever holds it'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Lock backend [default: from the URL\'s scheme, else file]' -r -f -a "file\t'flock(2) on a lock file on this host'
+redis\t'Redis (single instance, or Redlock with --url given 3, 5, ... times)'
+zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
+mysql\t'MySQL or MariaDB (GET_LOCK)'"
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s k -l key -d 'The lock\'s name (1-256 bytes of UTF-8, no control characters)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'Lease length on the server; renewed every ttl/3' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long for the lock [default: wait forever]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock was not acquired' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-grace -d 'After SIGTERM to the command, how long before SIGKILL' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -d 'Try once; do not wait'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Log acquire, renew and release events with timings'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d 'Lock backend [default: from the URL\'s scheme, else file]' -r -f -a "file\t'flock(2) on a lock file on this host'
+redis\t'Redis (single instance, or Redlock with --url given 3, 5, ... times)'
+zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
+mysql\t'MySQL or MariaDB (GET_LOCK)'"
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379' -r
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s k -l key -d 'The lock\'s name' -r
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print one JSON object (key, backend, held, holders, ...)'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Log acquire, renew and release events with timings'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand break" -s b -l backend -d 'Lock backend [default: from the URL\'s scheme, else file]' -r -f -a "file\t'flock(2) on a lock file on this host'
+redis\t'Redis (single instance, or Redlock with --url given 3, 5, ... times)'
+zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
+mysql\t'MySQL or MariaDB (GET_LOCK)'"
+complete -c dlock -n "__fish_dlock_using_subcommand break" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379' -r
+complete -c dlock -n "__fish_dlock_using_subcommand break" -s k -l key -d 'The lock\'s name' -r
+complete -c dlock -n "__fish_dlock_using_subcommand break" -s v -l verbose -d 'Log acquire, renew and release events with timings'
+complete -c dlock -n "__fish_dlock_using_subcommand break" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand break" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break completions help" -f -a "run" -d 'Run COMMAND while holding the lock KEY'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break completions help" -f -a "status" -d 'Show who holds KEY, since when, and who waits'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break completions help" -f -a "break" -d 'Forcibly remove the lock KEY, whoever holds it'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

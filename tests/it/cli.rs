@@ -1,0 +1,248 @@
+//! The command line: every bad input is one `dlock: ` line and exit 2, never a panic, never a
+//! password; help and version work.
+
+use crate::util::*;
+
+/// Each entry: the arguments after `dlock`, and a word the one-line message must contain.
+const BAD: &[(&[&str], &str)] = &[
+    (&[], "subcommand"),
+    (&["frobnicate"], "frobnicate"),
+    (&["run", "--", "true"], "--key"),
+    (&["run", "-k", "x"], "COMMAND"),
+    (&["run", "-k", "", "--", "true"], "empty"),
+    (&["run", "-k", "a\nb", "--", "true"], "control"),
+    (&["run", "-k", "a\tb", "--", "true"], "control"),
+    (&["run", "-k", "a\u{7f}b", "--", "true"], "control"),
+    (&["run", "--ttl", "abc", "-k", "x", "--", "true"], "--ttl"),
+    (&["run", "--ttl", "5", "-k", "x", "--", "true"], "--ttl"),
+    (&["run", "--ttl", "-5s", "-k", "x", "--", "true"], "-5"),
+    (&["run", "--ttl", "0s", "-k", "x", "--", "true"], "--ttl"),
+    (&["run", "--ttl", "100ms", "-k", "x", "--", "true"], "--ttl"),
+    (
+        &["run", "--wait", "soon", "-k", "x", "--", "true"],
+        "--wait",
+    ),
+    (
+        &["run", "--kill-grace", "1y2", "-k", "x", "--", "true"],
+        "--kill-grace",
+    ),
+    (&["run", "-E", "256", "-k", "x", "--", "true"], "256"),
+    (&["run", "-E", "-1", "-k", "x", "--", "true"], "-1"),
+    (&["run", "-E", "abc", "-k", "x", "--", "true"], "abc"),
+    (
+        &["run", "--no-wait", "--wait", "5s", "-k", "x", "--", "true"],
+        "--wait",
+    ),
+    (&["run", "-v", "-q", "-k", "x", "--", "true"], "--quiet"),
+    (
+        &["run", "--backend", "etcd", "-k", "x", "--", "true"],
+        "etcd",
+    ),
+    (
+        &[
+            "run",
+            "--backend",
+            "redis",
+            "--url",
+            "zk://h:2181",
+            "-k",
+            "x",
+            "--",
+            "true",
+        ],
+        "zookeeper",
+    ),
+    (
+        &["run", "--url", "http://h", "-k", "x", "--", "true"],
+        "http://h",
+    ),
+    (
+        &[
+            "run",
+            "--url",
+            "file://relative/dir",
+            "-k",
+            "x",
+            "--",
+            "true",
+        ],
+        "absolute",
+    ),
+    (
+        &["run", "--url", "file:///a%zz", "-k", "x", "--", "true"],
+        "escape",
+    ),
+    (
+        &[
+            "run",
+            "--url",
+            "file:///a",
+            "--url",
+            "file:///b",
+            "-k",
+            "x",
+            "--",
+            "true",
+        ],
+        "one --url",
+    ),
+    (&["run", "--bogus", "-k", "x", "--", "true"], "--bogus"),
+    (&["status"], "--key"),
+    (&["status", "-k", ""], "empty"),
+    (&["status", "-k", "x", "--url", "nonsense"], "nonsense"),
+    (&["break", "-k", "x", "--backend", "nope"], "nope"),
+    (&["completions", "tcsh"], "tcsh"),
+    (&["completions"], "SHELL"),
+];
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let long_key = "k".repeat(257);
+    let mut cases: Vec<(Vec<&str>, &str)> = BAD.iter().map(|(a, w)| (a.to_vec(), *w)).collect();
+    cases.push((vec!["run", "-k", &long_key, "--", "true"], "257"));
+    assert!(cases.len() >= 25);
+    for (args, word) in cases {
+        let out = output(dlock().args(&args));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "dlock {args:?}\n{}",
+            describe(&out)
+        );
+        let line = one_error_line(&out);
+        assert!(
+            line.contains(word),
+            "dlock {args:?}: expected {word:?} in {line:?}"
+        );
+        assert!(out.stdout.is_empty(), "dlock {args:?} printed on stdout");
+    }
+}
+
+#[test]
+fn passwords_are_never_printed() {
+    let secret = "s3cr3t-pw";
+    let urls = [
+        format!("redis://user:{secret}@127.0.0.1:1"),
+        format!("mysql://root:{secret}@127.0.0.1:1/db"),
+        format!("http://user:{secret}@host"),
+    ];
+    for url in &urls {
+        for args in [
+            vec!["run", "--url", url, "-k", "x", "--", "true"],
+            vec![
+                "run",
+                "--backend",
+                "zk",
+                "--url",
+                url,
+                "-k",
+                "x",
+                "--",
+                "true",
+            ],
+            vec!["status", "--url", url, "-k", "x"],
+        ] {
+            let out = output(dlock().args(&args));
+            let all = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                !all.contains(secret),
+                "dlock {args:?} printed the password:\n{all}"
+            );
+            assert_ne!(out.status.code(), Some(0));
+        }
+        let out = output(dlock().env("DLOCK_URL", url).args(["run", "--help"]));
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains(secret),
+            "--help shows DLOCK_URL's value"
+        );
+    }
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    let out = run_ok(dlock().arg("--help"));
+    let help = String::from_utf8(out.stdout).unwrap();
+    for word in [
+        "run",
+        "status",
+        "break",
+        "completions",
+        "Exit status",
+        "DLOCK_URL",
+    ] {
+        assert!(help.contains(word), "--help lacks {word}");
+    }
+    let out = run_ok(dlock().args(["run", "--help"]));
+    let help = String::from_utf8(out.stdout).unwrap();
+    for flag in [
+        "--backend",
+        "--url",
+        "--key",
+        "--ttl",
+        "--wait",
+        "--no-wait",
+        "--conflict-exit-code",
+        "--kill-grace",
+        "--verbose",
+        "--quiet",
+    ] {
+        assert!(help.contains(flag), "run --help lacks {flag}");
+    }
+    let out = run_ok(dlock().arg("--version"));
+    assert!(String::from_utf8(out.stdout).unwrap().starts_with("dlock "));
+}
+
+#[test]
+fn backend_comes_from_flag_env_or_url_scheme() {
+    // Not built yet: a clear usage error naming the backend, chosen by each of the three ways.
+    for (env, args) in [
+        (None, vec!["--backend", "redis"]),
+        (Some(("DLOCK_BACKEND", "zk")), vec![]),
+        (Some(("DLOCK_URL", "mysql://127.0.0.1/db")), vec![]),
+    ] {
+        let mut c = dlock();
+        c.arg("run").args(&args).args(["-k", "x", "--", "true"]);
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        let out = output(&mut c);
+        let line = one_error_line(&out);
+        assert!(line.contains("not built yet"), "{line}");
+    }
+    // An explicit backend wins over the environment's URL scheme only if they agree.
+    let out = output(
+        dlock()
+            .env("DLOCK_URL", "redis://h")
+            .args(["run", "-b", "file", "-k", "x", "--", "true"]),
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn dash_dash_is_optional_and_everything_after_it_is_the_commands() {
+    let b = TestBackend::file();
+    let key = unique_key("dashdash");
+    let out = run_ok(&mut b.run(&key, &[], &["echo", "-k", "--ttl", "--"]));
+    assert_eq!(out.stdout, b"-k --ttl --\n");
+    let mut c = b.cmd("run");
+    c.args(["-k", &key, "echo", "-n", "plain"]);
+    assert_eq!(run_ok(&mut c).stdout, b"plain");
+}
+
+#[test]
+fn quiet_silences_and_verbose_reports_timings() {
+    let b = TestBackend::file();
+    let key = unique_key("verbosity");
+    let out = run_ok(&mut b.run(&key, &["-v"], &["true"]));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("acquired") && err.contains("released"),
+        "{err}"
+    );
+    let out = run_ok(&mut b.run(&key, &["-q"], &["true"]));
+    assert!(out.stderr.is_empty());
+}

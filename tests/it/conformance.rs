@@ -1,0 +1,428 @@
+//! The lock semantics every backend must have, written once against the real binary and
+//! instantiated per backend with [`conformance!`]. Each case takes a [`TestBackend`] and uses its
+//! own unique keys, so cases run in parallel against one shared server.
+
+use std::io::Write;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// Expands to one `#[test]` per conformance case for a backend, e.g.
+/// `conformance!(file, TestBackend::file());`
+#[macro_export]
+macro_rules! conformance {
+    ($make:expr) => {
+        $crate::conformance!(@cases $make;
+            exit_code_is_the_commands,
+            child_sees_key_backend_and_token,
+            unrunnable_command_is_126_or_127_and_frees_the_lock,
+            no_wait_gives_the_conflict_code,
+            wait_gives_up_after_its_duration,
+            waiter_runs_as_soon_as_the_holder_releases,
+            stdin_reaches_the_command,
+            mutual_exclusion_and_growing_tokens,
+            each_signal_reaches_the_command_and_frees_the_lock,
+            kill_grace_escalates_to_sigkill,
+            kill_9_of_dlock_kills_the_command_and_frees_the_lock,
+            status_reports_the_holder,
+            break_stops_the_holder_with_79,
+            interrupt_while_waiting_leaves_nothing_behind,
+        );
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                let backend = $make;
+                $crate::conformance::$case(&backend);
+            }
+        )*
+    };
+}
+
+fn marker(dir: &std::path::Path, name: &str) -> String {
+    dir.join(name).display().to_string()
+}
+
+/// Starts a holder whose command writes its pid (and token) to `m`, then waits for stdin EOF.
+fn holder(b: &TestBackend, key: &str, m: &str) -> Proc {
+    let script = format!("echo \"$$ $DLOCK_FENCING_TOKEN\" > {m}; read _x || true");
+    let p = Proc::spawn(&mut b.run(key, &[], &sh(&script)));
+    wait_for_file(std::path::Path::new(m), Duration::from_secs(10));
+    p
+}
+
+pub fn exit_code_is_the_commands(b: &TestBackend) {
+    let key = unique_key("exit-code");
+    run_code(&mut b.run(&key, &[], &sh("exit 0")), 0);
+    run_code(&mut b.run(&key, &[], &sh("exit 3")), 3);
+    run_code(&mut b.run(&key, &[], &sh("exit 255")), 255);
+    run_code(
+        &mut b.run(&key, &[], &sh("kill -KILL $$")),
+        128 + libc::SIGKILL,
+    );
+    run_code(
+        &mut b.run(&key, &[], &sh("kill -USR1 $$")),
+        128 + libc::SIGUSR1,
+    );
+    assert!(b.is_free(&key), "the lock is free as soon as dlock returns");
+}
+
+pub fn child_sees_key_backend_and_token(b: &TestBackend) {
+    let key = format!("{} with spaces/and ünïcode", unique_key("env"));
+    let out = run_ok(&mut b.run(
+        &key,
+        &[],
+        &sh("printf '%s|%s|%s' \"$DLOCK_KEY\" \"$DLOCK_BACKEND\" \"$DLOCK_FENCING_TOKEN\""),
+    ));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let parts: Vec<&str> = stdout.split('|').collect();
+    assert_eq!(parts[0], key);
+    assert_eq!(parts[1], b.name);
+    let first: u64 = parts[2]
+        .parse()
+        .unwrap_or_else(|_| panic!("token is a number: {stdout:?}"));
+    let out = run_ok(&mut b.run(&key, &[], &sh("printf %s \"$DLOCK_FENCING_TOKEN\"")));
+    let second: u64 = String::from_utf8(out.stdout).unwrap().parse().unwrap();
+    assert!(second > first, "tokens grow: {first} then {second}");
+}
+
+pub fn unrunnable_command_is_126_or_127_and_frees_the_lock(b: &TestBackend) {
+    let key = unique_key("unrunnable");
+    let out = run_code(
+        &mut b.run(&key, &[], &["/nonexistent/dlock-test-command"]),
+        127,
+    );
+    assert!(one_error_line(&out).contains("/nonexistent/dlock-test-command"));
+    let dir = scratch("unrunnable");
+    let not_exec = dir.join("script.sh");
+    std::fs::write(&not_exec, "#!/bin/sh\ntrue\n").unwrap();
+    let out = run_code(&mut b.run(&key, &[], &[&not_exec]), 126);
+    one_error_line(&out);
+    run_code(&mut b.run(&key, &[], &[&dir]), 126);
+    assert!(b.is_free(&key));
+}
+
+pub fn no_wait_gives_the_conflict_code(b: &TestBackend) {
+    let key = unique_key("no-wait");
+    let dir = scratch("no-wait");
+    let mut h = holder(b, &key, &marker(&dir, "held"));
+    let out = run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
+    let line = one_error_line(&out);
+    assert!(line.contains(b.name) && line.contains("busy"), "{line}");
+    run_code(&mut b.run(&key, &["-n", "-E", "3"], &["true"]), 3);
+    run_code(&mut b.run(&key, &["--wait", "0s"], &["true"]), 75);
+    let out = run_code(&mut b.run(&key, &["-n", "-E", "0"], &sh("echo ran")), 0);
+    assert!(
+        out.stdout.is_empty(),
+        "the command must not run without the lock"
+    );
+    h.close_stdin();
+    let (out, _) = h.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(b.is_free(&key));
+}
+
+pub fn wait_gives_up_after_its_duration(b: &TestBackend) {
+    let key = unique_key("wait-timeout");
+    let dir = scratch("wait-timeout");
+    let _h = holder(b, &key, &marker(&dir, "held"));
+    let (out, took) = Proc::spawn(&mut b.run(&key, &["--wait", "700ms"], &["true"]))
+        .wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+    assert!(one_error_line(&out).contains("gave up waiting"));
+    assert!(
+        took >= Duration::from_millis(700),
+        "gave up early: {took:?}"
+    );
+    assert!(took < Duration::from_millis(1700), "gave up late: {took:?}");
+}
+
+pub fn waiter_runs_as_soon_as_the_holder_releases(b: &TestBackend) {
+    let key = unique_key("hand-off");
+    let dir = scratch("hand-off");
+    let mut h = holder(b, &key, &marker(&dir, "held"));
+    let ran = dir.join("waiter-ran");
+    let w = Proc::spawn(&mut b.run(
+        &key,
+        &["--wait", "30s"],
+        &sh(&format!("echo ok > {}", ran.display())),
+    ));
+    wait_until_waiting(b, &key, 1);
+    assert!(
+        !ran.exists(),
+        "the waiter must not run while the lock is held"
+    );
+    h.close_stdin();
+    let released = Instant::now();
+    h.wait(Duration::from_secs(10));
+    let (out, _) = w.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(ran.exists());
+    let hand_off = released.elapsed();
+    assert!(
+        hand_off < Duration::from_secs(2),
+        "hand-off took {hand_off:?}"
+    );
+}
+
+pub fn stdin_reaches_the_command(b: &TestBackend) {
+    let key = unique_key("stdin");
+    let mut child = b
+        .run(&key, &[], &["cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"line one\nline two\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(out.stdout, b"line one\nline two\n");
+}
+
+pub fn mutual_exclusion_and_growing_tokens(b: &TestBackend) {
+    const PROCS: usize = 6;
+    const ROUNDS: usize = 30;
+    let key = unique_key("exclusion");
+    let dir = scratch("exclusion");
+    let counter = dir.join("counter");
+    let tokens = dir.join("tokens");
+    std::fs::write(&counter, "0\n").unwrap();
+    // Read, pause, write: a second holder inside the window would lose an update.
+    let script = format!(
+        "n=$(cat {c}); sleep 0.002; echo $((n + 1)) > {c}; echo \"$DLOCK_FENCING_TOKEN\" >> {t}",
+        c = counter.display(),
+        t = tokens.display()
+    );
+    std::thread::scope(|s| {
+        for _ in 0..PROCS {
+            s.spawn(|| {
+                for _ in 0..ROUNDS {
+                    run_ok(&mut b.run(&key, &["--wait", "60s"], &sh(&script)));
+                }
+            });
+        }
+    });
+    let n: usize = std::fs::read_to_string(&counter)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(n, PROCS * ROUNDS, "lost updates: two holders at once");
+    let list: Vec<u64> = std::fs::read_to_string(&tokens)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().expect("a token per run"))
+        .collect();
+    assert_eq!(list.len(), PROCS * ROUNDS);
+    assert!(
+        list.windows(2).all(|w| w[0] < w[1]),
+        "tokens must grow in lock order: {list:?}"
+    );
+}
+
+pub fn each_signal_reaches_the_command_and_frees_the_lock(b: &TestBackend) {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let key = unique_key("signal");
+        let dir = scratch("signal");
+        let (m, got, sleeper) = (
+            marker(&dir, "started"),
+            marker(&dir, "got"),
+            marker(&dir, "sleeper"),
+        );
+        // The trap fires at once because `wait` is interruptible; the background sleep is left
+        // behind when the shell exits, and dlock must not leave it running.
+        let script = format!(
+            "trap 'echo got > {got}; exit 0' {sig}; sleep 30 & echo $! > {sleeper}; echo $$ > {m}; wait"
+        );
+        let p = Proc::spawn(&mut b.run(&key, &[], &sh(&script)));
+        wait_for_file(std::path::Path::new(&m), Duration::from_secs(10));
+        let sleeper_pid: i32 =
+            wait_for_file(std::path::Path::new(&sleeper), Duration::from_secs(1))
+                .parse()
+                .unwrap();
+        p.signal(sig);
+        let (out, _) = p.wait(Duration::from_secs(5));
+        assert_eq!(
+            out.status.code(),
+            Some(128 + sig),
+            "signal {sig}: {}",
+            describe(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(&got).unwrap_or_default(),
+            "got\n",
+            "signal {sig} reached the command"
+        );
+        assert!(
+            !alive(sleeper_pid),
+            "the command's leftover process was not stopped (signal {sig})"
+        );
+        assert!(b.is_free(&key), "lock free at once after signal {sig}");
+    }
+}
+
+pub fn kill_grace_escalates_to_sigkill(b: &TestBackend) {
+    let key = unique_key("grace");
+    let dir = scratch("grace");
+    let m = marker(&dir, "started");
+    let p = Proc::spawn(&mut b.run(
+        &key,
+        &["--kill-grace", "500ms"],
+        &sh(&format!("trap '' TERM; echo $$ > {m}; sleep 30")),
+    ));
+    wait_for_file(std::path::Path::new(&m), Duration::from_secs(10));
+    let sent = Instant::now();
+    p.signal(libc::SIGTERM);
+    let (out, _) = p.wait(Duration::from_secs(5));
+    let took = sent.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGTERM),
+        "{}",
+        describe(&out)
+    );
+    assert!(
+        took >= Duration::from_millis(500),
+        "SIGKILL before the grace: {took:?}"
+    );
+    assert!(took < Duration::from_millis(1500), "SIGKILL late: {took:?}");
+    assert!(b.is_free(&key));
+}
+
+pub fn kill_9_of_dlock_kills_the_command_and_frees_the_lock(b: &TestBackend) {
+    let key = unique_key("kill9");
+    let dir = scratch("kill9");
+    let m = marker(&dir, "pid");
+    let p = Proc::spawn(&mut b.run(&key, &[], &sh(&format!("echo $$ > {m}; exec sleep 30"))));
+    let child: i32 = wait_for_file(std::path::Path::new(&m), Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    p.signal(libc::SIGKILL);
+    let killed = Instant::now();
+    p.wait(Duration::from_secs(5));
+    wait_until(
+        Duration::from_secs(1),
+        "the command to die with dlock",
+        || !alive(child),
+    );
+    let wait = format!("{}ms", (b.ttl + Duration::from_secs(5)).as_millis());
+    run_ok(&mut b.run(&key, &["--wait", &wait], &["true"]));
+    let freed = killed.elapsed();
+    assert!(
+        freed < b.ttl + Duration::from_secs(1),
+        "lock freed after {freed:?}, ttl {:?}",
+        b.ttl
+    );
+}
+
+pub fn status_reports_the_holder(b: &TestBackend) {
+    let key = unique_key("status");
+    let dir = scratch("status");
+    let m = marker(&dir, "held");
+    let mut h = holder(b, &key, &m);
+    let token = std::fs::read_to_string(&m).unwrap();
+    let token = token.split_whitespace().nth(1);
+    let s = b.status(&key);
+    assert_eq!(s["key"], key.as_str());
+    assert_eq!(s["backend"], b.name);
+    assert_eq!(s["held"], true, "{s}");
+    let holder = &s["holders"][0];
+    assert_eq!(holder["pid"], h.pid(), "{s}");
+    assert!(
+        holder["command"].as_str().unwrap().starts_with("sh -c"),
+        "{s}"
+    );
+    assert!(
+        holder["host"].is_string() && holder["since_ms"].is_u64(),
+        "{s}"
+    );
+    if let Some(t) = token {
+        assert_eq!(holder["fencing_token"].to_string(), t, "{s}");
+    }
+    let text = run_ok(b.cmd("status").args(["-k", &key]));
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains(&format!("pid {}", h.pid())), "{text}");
+    h.close_stdin();
+    h.wait(Duration::from_secs(10));
+    let s = b.status(&key);
+    assert_eq!(s["held"], false, "{s}");
+    assert_eq!(s["holders"].as_array().unwrap().len(), 0, "{s}");
+}
+
+pub fn break_stops_the_holder_with_79(b: &TestBackend) {
+    let key = unique_key("break");
+    let dir = scratch("break");
+    let m = marker(&dir, "pid");
+    let p = Proc::spawn(&mut b.run(
+        &key,
+        &["--kill-grace", "1s"],
+        &sh(&format!("echo $$ > {m}; exec sleep 30")),
+    ));
+    let child: i32 = wait_for_file(std::path::Path::new(&m), Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    let out = run_ok(b.cmd("break").args(["-k", &key]));
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        said.contains("removed") && said.contains(&format!("pid {}", p.pid())),
+        "{said}"
+    );
+    let (out, took) = {
+        let broke = Instant::now();
+        let (out, _) = p.wait(b.notice + Duration::from_secs(5));
+        (out, broke.elapsed())
+    };
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(one_error_line(&out).contains("lost"), "{}", describe(&out));
+    assert!(
+        took < b.notice + Duration::from_secs(1),
+        "noticed after {took:?}"
+    );
+    assert!(!alive(child));
+    let out = run_ok(b.cmd("break").args(["-k", &key]));
+    assert!(String::from_utf8(out.stdout).unwrap().contains("not held"));
+    assert!(b.is_free(&key));
+}
+
+pub fn interrupt_while_waiting_leaves_nothing_behind(b: &TestBackend) {
+    let key = unique_key("interrupt-wait");
+    let dir = scratch("interrupt-wait");
+    let mut h = holder(b, &key, &marker(&dir, "held"));
+    let ran = dir.join("ran");
+    let w = Proc::spawn(&mut b.run(&key, &[], &sh(&format!("echo > {}", ran.display()))));
+    wait_until_waiting(b, &key, 1);
+    let sent = Instant::now();
+    w.signal(libc::SIGINT);
+    let (out, _) = w.wait(Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    assert!(
+        sent.elapsed() < Duration::from_secs(1),
+        "interrupt took {:?}",
+        sent.elapsed()
+    );
+    h.close_stdin();
+    h.wait(Duration::from_secs(10));
+    assert!(
+        !ran.exists(),
+        "the interrupted waiter must never run its command"
+    );
+    assert!(b.is_free(&key), "the interrupted waiter left the lock held");
+    if let Some(n) = b.status(&key)["waiters"].as_u64() {
+        assert_eq!(n, 0, "a waiter was left behind");
+    }
+}
+
+/// Waits until the backend reports at least `n` waiters on `key`.
+pub fn wait_until_waiting(b: &TestBackend, key: &str, n: u64) {
+    wait_until(Duration::from_secs(10), "the waiter to be queued", || {
+        b.status(key)["waiters"].as_u64().is_some_and(|w| w >= n)
+    });
+}

@@ -1,0 +1,192 @@
+//! The file backend: the conformance suite plus what only a lock file can get wrong.
+
+use std::time::Duration;
+
+use crate::conformance::wait_until_waiting;
+use crate::util::*;
+
+crate::conformance!(TestBackend::file());
+
+fn lock_dir(b: &TestBackend) -> std::path::PathBuf {
+    std::path::PathBuf::from(b.args[3].strip_prefix("file://").unwrap())
+}
+
+/// A waiter blocked on a lock file that `break` unlinks must not end up holding the orphaned
+/// inode while someone else holds the new file.
+#[test]
+fn waiter_on_a_broken_lock_file_does_not_double_hold() {
+    let b = TestBackend::file();
+    let key = unique_key("broken-waiter");
+    let dir = scratch("broken-waiter");
+    let first = Proc::spawn(&mut b.run(
+        &key,
+        &[],
+        &sh(&format!("echo > {}/a; exec sleep 30", dir.display())),
+    ));
+    wait_for_file(&dir.join("a"), Duration::from_secs(5));
+    let ran = dir.join("waiter-ran");
+    let waiter = Proc::spawn(&mut b.run(
+        &key,
+        &["--wait", "30s"],
+        &sh(&format!("echo > {}", ran.display())),
+    ));
+    wait_until_waiting(&b, &key, 1);
+    run_ok(b.cmd("break").args(["-k", &key]));
+    // A newcomer takes the new lock file at once...
+    let mut second = Proc::spawn(&mut b.run(
+        &key,
+        &["--no-wait"],
+        &sh(&format!("echo > {}/b; read _x || true", dir.display())),
+    ));
+    wait_for_file(&dir.join("b"), Duration::from_secs(5));
+    // ...the broken holder stops, which hands the orphaned inode to the waiter...
+    let (out, _) = first.wait(Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    // ...which must notice and queue behind the newcomer instead of running.
+    wait_until_waiting(&b, &key, 1);
+    assert!(
+        !ran.exists(),
+        "the waiter ran while the newcomer held the lock"
+    );
+    second.close_stdin();
+    second.wait(Duration::from_secs(5));
+    let (out, _) = waiter.wait(Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(ran.exists());
+}
+
+/// Someone may plant a symlink where a lock file will be created: dlock must not follow it.
+#[test]
+fn symlink_at_the_lock_path_is_refused() {
+    let b = TestBackend::file();
+    let key = unique_key("symlink");
+    let target = scratch("symlink").join("victim");
+    std::fs::create_dir_all(lock_dir(&b)).unwrap();
+    std::os::unix::fs::symlink(&target, lock_dir(&b).join(format!("{key}.lock"))).unwrap();
+    let out = run_code(&mut b.run(&key, &[], &["true"]), 69);
+    assert!(one_error_line(&out).contains("symbolic link"));
+    assert!(!target.exists(), "dlock created a file through the symlink");
+}
+
+/// Keys are names, not paths: every valid key is safe and distinct.
+#[test]
+fn unusual_keys_are_distinct_safe_locks() {
+    let b = TestBackend::file();
+    let base = unique_key("keys");
+    let keys = [
+        format!("{base}/a"),
+        format!("{base}%2Fa"),
+        format!("{base} a"),
+        "..".to_string(),
+        format!("{base}/../../escape"),
+        format!("{base}-ünïcödé-日本"),
+        format!("{base}-Job"),
+        format!("{base}-job"),
+        format!("{base}-{}", "x".repeat(256 - base.len() - 1)),
+        format!("{base}-{}", "x".repeat(256 - base.len() - 2)),
+    ];
+    let dir = scratch("keys");
+    for (i, held) in keys.iter().enumerate() {
+        let m = dir.join(format!("h{i}"));
+        let mut h = Proc::spawn(&mut b.run(
+            held,
+            &[],
+            &sh(&format!("echo > {}; read _x || true", m.display())),
+        ));
+        wait_for_file(&m, Duration::from_secs(5));
+        for other in keys.iter().filter(|k| *k != held) {
+            assert!(b.is_free(other), "holding {held:?} blocked {other:?}");
+        }
+        assert!(!b.is_free(held));
+        h.close_stdin();
+        h.wait(Duration::from_secs(5));
+    }
+    for entry in std::fs::read_dir(lock_dir(&b)).unwrap() {
+        let name = entry.unwrap().file_name();
+        assert!(
+            name.len() < 255 && !name.to_string_lossy().starts_with('.'),
+            "{name:?}"
+        );
+    }
+}
+
+/// Without --url, locks live in the documented per-user directory.
+#[test]
+fn default_directory_is_per_user_and_private() {
+    let key = unique_key("default-dir");
+    let out = run_ok(dlock().args(["run", "-k", &key, "--", "true"]));
+    assert!(out.stderr.is_empty());
+    let uid = unsafe { libc::geteuid() };
+    let dir = std::path::PathBuf::from(format!("/var/tmp/dlock-{uid}"));
+    let meta = std::fs::symlink_metadata(&dir).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(meta.mode() & 0o777, 0o700);
+    assert!(dir.join(format!("{key}.lock")).exists());
+    std::fs::remove_file(dir.join(format!("{key}.lock"))).unwrap();
+}
+
+/// On a terminal, a waiter says whom it waits for (after about a second) and clears the line.
+#[test]
+fn waiting_line_on_a_terminal_names_the_holder() {
+    assert!(
+        which("script").is_some(),
+        "util-linux `script` is needed for the terminal test"
+    );
+    let b = TestBackend::file();
+    let key = unique_key("waiting-line");
+    let dir = scratch("waiting-line");
+    let m = dir.join("held");
+    let mut h = Proc::spawn(&mut b.run(
+        &key,
+        &[],
+        &sh(&format!("echo > {}; read _x || true", m.display())),
+    ));
+    wait_for_file(&m, Duration::from_secs(5));
+    let inner = format!("{DLOCK} run {} -k {key} -- true", b.args.join(" "));
+    let mut waiter =
+        Proc::spawn(std::process::Command::new("script").args(["-qec", &inner, "/dev/null"]));
+    let stdout = waiter.child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut stdout = stdout;
+        let mut buf = [0u8; 512];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut text = String::new();
+    let want = format!("dlock: waiting for '{key}' (held by ");
+    while !text.contains(&want) {
+        let chunk = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the waiting line within 5 s");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let shown_after = waiter.started.elapsed();
+    assert!(
+        shown_after >= Duration::from_millis(900),
+        "shown too early: {shown_after:?}"
+    );
+    h.close_stdin();
+    let (out, _) = waiter.wait(Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(0));
+    while let Ok(chunk) = rx.recv_timeout(Duration::from_secs(1)) {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains(&format!("pid {}", h.pid())), "{text:?}");
+    assert!(
+        text.trim_end().ends_with("\x1b[K"),
+        "the line is cleared at the end: {text:?}"
+    );
+}
+
+fn which(cmd: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join(cmd))
+        .find(|p| p.exists())
+}

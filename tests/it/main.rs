@@ -1,0 +1,7 @@
+//! The one integration-test binary: drives the real `dlock` against real lock servers.
+
+mod cli;
+mod conformance;
+mod file;
+mod generated;
+mod util;

@@ -1,0 +1,295 @@
+//! Helpers for driving the real `dlock` binary: a configured command per backend, unique keys
+//! and scratch directories, child processes that die with the test, waits on events with
+//! deadlines, and assertions that print everything on failure.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub const DLOCK: &str = env!("CARGO_BIN_EXE_dlock");
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A key no other test (or earlier run) uses: the test's name, this process and a counter.
+pub fn unique_key(name: &str) -> String {
+    format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// A fresh, empty scratch directory under cargo's per-target temp dir.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("scratch")
+        .join(unique_key(name));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// How to reach one backend: the arguments that select it and the environment it needs.
+#[derive(Clone, Debug)]
+pub struct TestBackend {
+    /// "file", "redis", ...
+    pub name: &'static str,
+    /// `--backend X --url Y ...`
+    pub args: Vec<String>,
+    /// Extra environment (e.g. DLOCK_URL with credentials).
+    pub env: Vec<(String, String)>,
+    /// The lease length tests use; a lock of a killed holder is free within this.
+    pub ttl: Duration,
+    /// How long a holder may take to notice a `break` (its check or renewal interval).
+    pub notice: Duration,
+}
+
+impl TestBackend {
+    /// The file backend, in a directory private to this test binary.
+    pub fn file() -> TestBackend {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("file-locks-{}", std::process::id()));
+        TestBackend {
+            name: "file",
+            args: vec![
+                "--backend".into(),
+                "file".into(),
+                "--url".into(),
+                format!("file://{}", dir.display()),
+            ],
+            env: Vec::new(),
+            ttl: Duration::from_secs(2),
+            notice: Duration::from_millis(500),
+        }
+    }
+
+    /// `dlock SUB <backend args>`, with a clean environment.
+    pub fn cmd(&self, sub: &str) -> Command {
+        let mut c = dlock();
+        c.arg(sub).args(&self.args);
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    /// `dlock run <backend args> --ttl T -k KEY EXTRA... -- COMMAND...`
+    pub fn run<S: AsRef<OsStr>>(&self, key: &str, extra: &[&str], command: &[S]) -> Command {
+        let mut c = self.cmd("run");
+        c.arg("--ttl").arg(format!("{}ms", self.ttl.as_millis()));
+        c.arg("-k").arg(key).args(extra).arg("--");
+        c.args(command);
+        c
+    }
+
+    /// `dlock status --json` parsed.
+    pub fn status(&self, key: &str) -> serde_json::Value {
+        let out = run_ok(self.cmd("status").args(["-k", key, "--json"]));
+        serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
+    }
+
+    /// Whether `--no-wait` gets the lock right now.
+    pub fn is_free(&self, key: &str) -> bool {
+        let out = output(&mut self.run(key, &["--no-wait"], &["true"]));
+        match out.status.code() {
+            Some(0) => true,
+            Some(75) => false,
+            _ => panic!(
+                "unexpected result of a --no-wait probe:\n{}",
+                describe(&out)
+            ),
+        }
+    }
+}
+
+/// `dlock` with every DLOCK_* variable of the test environment removed.
+pub fn dlock() -> Command {
+    let mut c = Command::new(DLOCK);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("DLOCK_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// A sh -c command line.
+pub fn sh(script: &str) -> Vec<String> {
+    vec!["sh".into(), "-c".into(), script.into()]
+}
+
+/// Runs to completion, capturing output.
+pub fn output(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null()).output().expect("spawn dlock")
+}
+
+/// Everything about a finished process, for failure messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "status: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs and asserts the exit code.
+#[track_caller]
+pub fn run_code(cmd: &mut Command, code: i32) -> Output {
+    let out = output(cmd);
+    assert_eq!(out.status.code(), Some(code), "{cmd:?}\n{}", describe(&out));
+    out
+}
+
+/// Runs and asserts success.
+#[track_caller]
+pub fn run_ok(cmd: &mut Command) -> Output {
+    run_code(cmd, 0)
+}
+
+/// Asserts that stderr is exactly one `dlock: ` line without a panic, and returns it.
+#[track_caller]
+pub fn one_error_line(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected one line on stderr:\n{}",
+        describe(out)
+    );
+    assert!(lines[0].starts_with("dlock: "), "{}", describe(out));
+    assert!(
+        !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+        "{}",
+        describe(out)
+    );
+    lines[0].to_string()
+}
+
+/// A spawned process that is killed when the test ends, however it ends.
+pub struct Proc {
+    pub child: Child,
+    pub started: Instant,
+    what: String,
+}
+
+impl Proc {
+    /// Spawns with stdin piped (write to it, or drop it to send EOF) and output captured.
+    pub fn spawn(cmd: &mut Command) -> Proc {
+        let what = format!("{cmd:?}");
+        let child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        Proc {
+            child,
+            started: Instant::now(),
+            what,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends a signal.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: plain kill of our own unreaped child.
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    /// Closes stdin (the child sees EOF).
+    pub fn close_stdin(&mut self) {
+        drop(self.child.stdin.take());
+    }
+
+    /// Waits at most `limit` for exit; panics (with the output) if it does not come.
+    #[track_caller]
+    pub fn wait(mut self, limit: Duration) -> (Output, Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(_status) = self.child.try_wait().unwrap() {
+                break;
+            }
+            if Instant::now() > deadline {
+                self.child.kill().ok();
+                let out = self.take_output();
+                panic!(
+                    "{} did not exit within {limit:?}\n{}",
+                    self.what,
+                    describe(&out)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let elapsed = self.started.elapsed();
+        (self.take_output(), elapsed)
+    }
+
+    fn take_output(&mut self) -> Output {
+        use std::io::Read;
+        let status = self.child.wait().unwrap_or_else(|_| ExitStatus::default());
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        if let Some(mut s) = self.child.stdout.take() {
+            s.read_to_end(&mut stdout).ok();
+        }
+        if let Some(mut s) = self.child.stderr.take() {
+            s.read_to_end(&mut stderr).ok();
+        }
+        Output {
+            status,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Waits until `cond` holds, checking every 5 ms, at most `limit`; returns how long it took.
+#[track_caller]
+pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    start.elapsed()
+}
+
+/// Waits for a marker file to exist and returns its trimmed contents.
+#[track_caller]
+pub fn wait_for_file(path: &Path, limit: Duration) -> String {
+    wait_until(limit, &format!("{}", path.display()), || {
+        std::fs::read_to_string(path).is_ok_and(|s| s.ends_with('\n'))
+    });
+    std::fs::read_to_string(path).unwrap().trim().to_string()
+}
+
+/// Whether a process exists (and is not a zombie).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
