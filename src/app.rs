@@ -14,7 +14,7 @@ use crate::config::{KeyConfig, RunConfig, Wait};
 use crate::exit::{self, Usage};
 use crate::keeper::{Keeper, deadline_after};
 use crate::report::{self, WaitingLine};
-use crate::signals::{self, Interrupt};
+use crate::signals;
 use crate::supervise::{self, Ending, Event, LeaseClock};
 
 /// dlock's `main`.
@@ -94,17 +94,16 @@ fn run(cfg: &RunConfig) -> u8 {
     report::set_verbosity(cfg.verbosity);
     let name = cfg.target.kind.name();
     let (events, rx) = mpsc::channel();
-    let interrupt = Interrupt::new();
     let signal_events = events.clone();
-    if let Err(e) = signals::start(interrupt.clone(), move |r| {
+    let interrupt = match signals::watch(move |r| {
         let _ = signal_events.send(Event::Signal(r));
     }) {
-        return fail(
-            name,
-            &anyhow::Error::new(e).context("cannot install signal handlers"),
-            0,
-        );
-    }
+        Ok(i) => i,
+        Err(e) => {
+            let e = anyhow::Error::new(e).context("cannot install signal handlers");
+            return fail(name, &e, 0);
+        }
+    };
     supervise::become_subreaper();
 
     let backend = match backend::open(&cfg.target) {
@@ -148,11 +147,10 @@ fn run(cfg: &RunConfig) -> u8 {
             .map(|t| format!(", fencing token {t}"))
             .unwrap_or_default()
     ));
+    interrupt.check_pending();
     if let Some(sig) = interrupt.fired() {
         // A signal arrived as the lock was granted: do not start the command at all.
-        if let Err(e) = lease.release() {
-            report::warn(format_args!("{name}: release failed: {e:#}"));
-        }
+        release(name, &cfg.key, lease);
         return exit::signal_code(sig);
     }
     let clock = LeaseClock {
@@ -165,17 +163,6 @@ fn run(cfg: &RunConfig) -> u8 {
             .ttl()
             .map_or(cfg.kill_grace, |ttl| cfg.kill_grace.min(ttl / 3)),
     };
-    let keeper = match Keeper::start(lease, events.clone()) {
-        Ok(k) => k,
-        Err(e) => {
-            return fail(
-                name,
-                &anyhow::Error::new(e).context("cannot start the keeper thread"),
-                0,
-            );
-        }
-    };
-
     let mut env = vec![
         ("DLOCK_KEY", cfg.key.to_string()),
         ("DLOCK_BACKEND", name.to_string()),
@@ -183,18 +170,23 @@ fn run(cfg: &RunConfig) -> u8 {
     if let Some(t) = token {
         env.push(("DLOCK_FENCING_TOKEN", t.to_string()));
     }
-    let child = match supervise::spawn(&cfg.command, &env, events) {
+    let child = match supervise::spawn(&cfg.command, &env, events.clone()) {
         Ok(c) => c,
         Err(e) => {
             report::error(format_args!("{}", e.message));
-            if let Err(e) = keeper.release() {
-                report::warn(format_args!("{name}: release failed: {e:#}"));
-            }
+            release(name, &cfg.key, lease);
             return e.code;
         }
     };
+    // The signal thread starts only now, while the child execs on the other core, and the
+    // keeper's when the first renewal is due: nothing but the fork is on the path from acquiring
+    // to running the command.
+    let mut keeper = Keeper::new(lease, events);
+    if let Err(e) = interrupt.start_watching() {
+        report::warn(format_args!("cannot watch signals: {e}"));
+    }
     report::verbose(format_args!("started pid {}", child.pid()));
-    let ending = supervise::supervise(&child, &rx, clock, cfg.kill_grace);
+    let ending = supervise::supervise(&child, &rx, &mut keeper, clock, cfg.kill_grace);
     let release_started = Instant::now();
     let released = keeper.release();
     match &ending {
@@ -223,6 +215,15 @@ fn run(cfg: &RunConfig) -> u8 {
         Err(_) => {}
     }
     ending.code()
+}
+
+/// Releases a lease that never reached the keeper.
+fn release(name: &str, key: &crate::config::Key, lease: Box<dyn crate::backend::Lease>) {
+    if let Err(e) = lease.release() {
+        report::warn(format_args!(
+            "{name}: release of '{key}' failed (it expires by itself): {e:#}"
+        ));
+    }
 }
 
 fn status(cfg: &KeyConfig, json: bool) -> u8 {

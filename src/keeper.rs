@@ -19,10 +19,20 @@ use crate::supervise::Event;
 /// renew late.
 const MAX_SLEEP: Duration = Duration::from_secs(1);
 
-/// A running keeper thread.
+/// The keeper of one held lease. Its thread starts only when the first renewal is due (see
+/// [`Keeper::due`]): a command shorter than `renew_every` never costs a thread, and its lease is
+/// released from the calling thread.
 pub struct Keeper {
-    stop: Sender<()>,
-    thread: JoinHandle<anyhow::Result<()>>,
+    state: State,
+    events: Sender<Event>,
+}
+
+enum State {
+    Idle(Box<dyn Lease>),
+    Running {
+        stop: Sender<()>,
+        thread: JoinHandle<anyhow::Result<()>>,
+    },
 }
 
 /// The lease deadline after a successful request sent at `sent`: the server's TTL counts from
@@ -32,22 +42,59 @@ pub fn deadline_after(sent: BootInstant, ttl: Duration) -> BootInstant {
 }
 
 impl Keeper {
-    /// Starts renewing `lease` on a new thread; events go to the supervisor.
-    pub fn start(lease: Box<dyn Lease>, events: Sender<Event>) -> std::io::Result<Keeper> {
+    /// Takes charge of `lease`; events (renewals, loss) will go to the supervisor.
+    pub fn new(lease: Box<dyn Lease>, events: Sender<Event>) -> Keeper {
+        Keeper {
+            state: State::Idle(lease),
+            events,
+        }
+    }
+
+    /// When the thread must be started (the first renewal), `None` once it runs.
+    pub fn due(&self) -> Option<BootInstant> {
+        match &self.state {
+            State::Idle(lease) => Some(lease.acquired_at() + lease.renew_every()),
+            State::Running { .. } => None,
+        }
+    }
+
+    /// Starts renewing on a new thread (idempotent). On error the lease is still held here.
+    pub fn start(&mut self) -> std::io::Result<()> {
+        let State::Idle(_) = &self.state else {
+            return Ok(());
+        };
         let (stop, stop_rx) = mpsc::channel();
+        let (lease_tx, lease_rx) = mpsc::channel::<Box<dyn Lease>>();
+        let events = self.events.clone();
         let thread = std::thread::Builder::new()
             .name("dlock-keeper".into())
-            .spawn(move || keep(lease, &stop_rx, &events))?;
-        Ok(Keeper { stop, thread })
+            .spawn(move || {
+                let lease = lease_rx
+                    .recv()
+                    .map_err(|_| anyhow::anyhow!("no lease to keep"))?;
+                keep(lease, &stop_rx, &events)
+            })?;
+        let State::Idle(lease) =
+            std::mem::replace(&mut self.state, State::Running { stop, thread })
+        else {
+            unreachable!("checked above")
+        };
+        lease_tx
+            .send(lease)
+            .map_err(|_| std::io::Error::other("the keeper thread exited"))
     }
 
     /// Stops renewing and releases the lock (a no-op on the server if it was lost). Blocks until
     /// the release is done.
     pub fn release(self) -> anyhow::Result<()> {
-        let _ = self.stop.send(());
-        match self.thread.join() {
-            Ok(result) => result,
-            Err(_) => Err(anyhow::anyhow!("the keeper thread panicked")),
+        match self.state {
+            State::Idle(lease) => lease.release(),
+            State::Running { stop, thread } => {
+                let _ = stop.send(());
+                thread
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the keeper thread panicked")))
+            }
         }
     }
 }

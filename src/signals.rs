@@ -6,7 +6,7 @@
 //! else happens on the signal thread, outside signal context.
 
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
@@ -25,29 +25,38 @@ pub struct Received {
     pub from_terminal: bool,
 }
 
-/// Starts the signal thread: every forwarded signal fires `interrupt` (waking a backend that is
-/// still waiting) and is passed to `deliver`. Call before anything can block.
-pub fn start(
-    interrupt: Arc<Interrupt>,
-    deliver: impl Fn(Received) + Send + 'static,
-) -> std::io::Result<()> {
-    let mut signals = SignalsInfo::<WithOrigin>::new(FORWARDED)?;
-    std::thread::Builder::new()
-        .name("dlock-signals".into())
-        .spawn(move || {
-            for origin in signals.forever() {
-                let received = Received {
-                    signal: origin.signal,
-                    from_terminal: matches!(origin.cause, Cause::Kernel),
-                };
-                interrupt.fire(origin.signal);
-                deliver(received);
-            }
-        })?;
-    Ok(())
+/// Installs handlers for the forwarded signals at once and returns the [`Interrupt`] they fire.
+///
+/// The thread that reads them starts lazily, on [`Interrupt::start_watching`] or when a backend
+/// registers a waker before blocking: an uncontended `dlock run` then creates no thread before
+/// its child is running (thread creation is a measurable part of dlock's overhead). Signals that
+/// arrive meanwhile are queued by the handler and not lost.
+pub fn watch(deliver: impl Fn(Received) + Send + 'static) -> std::io::Result<Arc<Interrupt>> {
+    let signals = SignalsInfo::<WithOrigin>::new(FORWARDED)?;
+    Ok(Arc::new_cyclic(|me| Interrupt {
+        me: me.clone(),
+        idle: Mutex::new(Some(Idle {
+            signals,
+            deliver: Box::new(deliver),
+        })),
+        ..Interrupt::default()
+    }))
+}
+
+fn received(origin: &signal_hook::low_level::siginfo::Origin) -> Received {
+    Received {
+        signal: origin.signal,
+        from_terminal: matches!(origin.cause, Cause::Kernel),
+    }
 }
 
 type Waker = Box<dyn Fn() + Send>;
+
+/// Installed signal handlers whose reading thread has not started yet.
+struct Idle {
+    signals: SignalsInfo<WithOrigin>,
+    deliver: Box<dyn Fn(Received) + Send>,
+}
 
 /// A one-shot "stop waiting" flag with wake-up callbacks. Fired by the first forwarded signal;
 /// a backend blocked in a wait registers a waker that unblocks it (a signal to the waiting
@@ -57,12 +66,52 @@ pub struct Interrupt {
     signal: AtomicI32,
     next_id: AtomicU64,
     wakers: Mutex<Vec<(u64, Waker)>>,
+    me: Weak<Interrupt>,
+    idle: Mutex<Option<Idle>>,
 }
 
 impl Interrupt {
-    /// A new, unfired interrupt.
+    /// A new, unfired interrupt that no signal fires (for tests and embedding).
     pub fn new() -> Arc<Interrupt> {
         Arc::new(Interrupt::default())
+    }
+
+    /// Starts the thread that reads signals, fires this interrupt and delivers them (once; later
+    /// calls do nothing).
+    pub fn start_watching(&self) -> std::io::Result<()> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let (
+            Some(Idle {
+                mut signals,
+                deliver,
+            }),
+            Some(me),
+        ) = (idle.take(), self.me.upgrade())
+        else {
+            return Ok(());
+        };
+        std::thread::Builder::new()
+            .name("dlock-signals".into())
+            .spawn(move || {
+                for origin in signals.forever() {
+                    let r = received(&origin);
+                    me.fire(r.signal);
+                    deliver(r);
+                }
+            })?;
+        Ok(())
+    }
+
+    /// Handles signals that arrived before the watching thread started, on this thread.
+    pub fn check_pending(&self) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(Idle { signals, deliver }) = idle.as_mut() {
+            for origin in signals.pending() {
+                let r = received(&origin);
+                self.fire(r.signal);
+                deliver(r);
+            }
+        }
     }
 
     /// The signal that fired it, if any.
@@ -83,19 +132,22 @@ impl Interrupt {
         }
     }
 
-    /// Registers `wake` until the guard drops. If already fired, `wake` runs at once too, so a
-    /// waiter that registers and then checks [`Interrupt::fired`] cannot miss a signal.
-    pub fn on_fire(&self, wake: impl Fn() + Send + 'static) -> WakerGuard<'_> {
+    /// Registers `wake` until the guard drops, for a caller about to block: starts the signal
+    /// thread if needed. If already fired, `wake` runs at once too, so a waiter that registers
+    /// and then checks [`Interrupt::fired`] cannot miss a signal.
+    pub fn on_fire(&self, wake: impl Fn() + Send + 'static) -> std::io::Result<WakerGuard<'_>> {
+        self.check_pending();
+        self.start_watching()?;
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
         if self.fired().is_some() {
             wake();
         }
         wakers.push((id, Box::new(wake)));
-        WakerGuard {
+        Ok(WakerGuard {
             interrupt: self,
             id,
-        }
+        })
     }
 }
 
@@ -126,9 +178,11 @@ mod tests {
         let i = Interrupt::new();
         let count = Arc::new(AtomicUsize::new(0));
         let c = count.clone();
-        let guard = i.on_fire(move || {
-            c.fetch_add(1, Ordering::SeqCst);
-        });
+        let guard = i
+            .on_fire(move || {
+                c.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
         assert_eq!(i.fired(), None);
         i.fire(libc::SIGTERM);
         i.fire(libc::SIGINT);
@@ -136,9 +190,11 @@ mod tests {
         assert_eq!(count.load(Ordering::SeqCst), 2);
         drop(guard);
         let c = count.clone();
-        let _late = i.on_fire(move || {
-            c.fetch_add(10, Ordering::SeqCst);
-        });
+        let _late = i
+            .on_fire(move || {
+                c.fetch_add(10, Ordering::SeqCst);
+            })
+            .unwrap();
         assert_eq!(
             count.load(Ordering::SeqCst),
             12,

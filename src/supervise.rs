@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use crate::clock::BootInstant;
 use crate::exit;
+use crate::keeper::Keeper;
 use crate::signals::Received;
 
 /// Everything the main thread waits for while the child runs.
@@ -262,6 +263,7 @@ struct Stopping {
 pub fn supervise(
     child: &Child,
     events: &Receiver<Event>,
+    keeper: &mut Keeper,
     mut lease: LeaseClock,
     kill_grace: Duration,
 ) -> Ending {
@@ -270,6 +272,18 @@ pub fn supervise(
     loop {
         let now = BootInstant::now();
         let mut wake = Duration::from_secs(1);
+        if let Some(due) = keeper.due().filter(|_| stopping.is_none()) {
+            if now >= due {
+                if let Err(e) = keeper.start() {
+                    // Nobody could renew or check the lease: treat it as lost.
+                    let why = Ending::Lost(format!("cannot start the keeper thread: {e}"));
+                    stopping = Some(stop(child, why, now + kill_grace));
+                }
+                continue;
+            } else {
+                wake = wake.min(due.saturating_duration_since(now));
+            }
+        }
         match &mut stopping {
             None => {
                 if let Some(deadline) = lease.deadline {
