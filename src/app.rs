@@ -15,7 +15,7 @@ use crate::exit::{self, Usage};
 use crate::keeper::{Keeper, deadline_after};
 use crate::report::{self, WaitingLine};
 use crate::signals;
-use crate::supervise::{self, Ending, Event, LeaseClock};
+use crate::supervise::{self, Ending, LeaseClock};
 
 /// dlock's `main`.
 pub fn main() -> ExitCode {
@@ -93,17 +93,17 @@ fn fail(backend: &str, err: &anyhow::Error, conflict_code: u8) -> u8 {
 fn run(cfg: &RunConfig) -> u8 {
     report::set_verbosity(cfg.verbosity);
     let name = cfg.target.kind.name();
+    // Before any thread exists, so that every thread inherits the mask (see `signals`).
+    if let Err(e) = signals::block() {
+        return fail(
+            name,
+            &anyhow::Error::new(e).context("cannot block signals"),
+            0,
+        );
+    }
     let (events, rx) = mpsc::channel();
-    let signal_events = events.clone();
-    let interrupt = match signals::watch(move |r| {
-        let _ = signal_events.send(Event::Signal(r));
-    }) {
-        Ok(i) => i,
-        Err(e) => {
-            let e = anyhow::Error::new(e).context("cannot install signal handlers");
-            return fail(name, &e, 0);
-        }
-    };
+    let reaper = supervise::Reaper::new();
+    let interrupt = signals::Interrupt::new();
     supervise::become_subreaper();
 
     let backend = match backend::open(&cfg.target) {
@@ -147,7 +147,9 @@ fn run(cfg: &RunConfig) -> u8 {
             .map(|t| format!(", fencing token {t}"))
             .unwrap_or_default()
     ));
-    interrupt.check_pending();
+    if let Some(r) = signals::pending() {
+        interrupt.fire(r.signal);
+    }
     if let Some(sig) = interrupt.fired() {
         // A signal arrived as the lock was granted: do not start the command at all.
         release(name, &cfg.key, lease);
@@ -170,7 +172,7 @@ fn run(cfg: &RunConfig) -> u8 {
     if let Some(t) = token {
         env.push(("DLOCK_FENCING_TOKEN", t.to_string()));
     }
-    let child = match supervise::spawn(&cfg.command, &env, events.clone()) {
+    let child = match supervise::spawn(&cfg.command, &env, &reaper, &events) {
         Ok(c) => c,
         Err(e) => {
             report::error(format_args!("{}", e.message));
@@ -178,13 +180,9 @@ fn run(cfg: &RunConfig) -> u8 {
             return e.code;
         }
     };
-    // The signal thread starts only now, while the child execs on the other core, and the
-    // keeper's when the first renewal is due: nothing but the fork is on the path from acquiring
-    // to running the command.
-    let mut keeper = Keeper::new(lease, events);
-    if let Err(e) = interrupt.start_watching() {
-        report::warn(format_args!("cannot watch signals: {e}"));
-    }
+    // The keeper's thread starts when the first renewal is due: nothing but the fork is on the
+    // path from acquiring to running the command, and a short command needs no thread at all.
+    let mut keeper = Keeper::new(lease, supervise::Events(events));
     report::verbose(format_args!("started pid {}", child.pid()));
     let ending = supervise::supervise(&child, &rx, &mut keeper, clock, cfg.kill_grace);
     let release_started = Instant::now();

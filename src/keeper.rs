@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::backend::{Lease, RenewError};
 use crate::clock::{BootInstant, drift_margin};
 use crate::report;
-use crate::supervise::Event;
+use crate::supervise::{Event, Events};
 
 /// The longest the keeper sleeps before looking at `CLOCK_BOOTTIME` again: a sleep is measured
 /// on the monotonic clock, which stops during suspend, so after a resume a long sleep would
@@ -24,7 +24,7 @@ const MAX_SLEEP: Duration = Duration::from_secs(1);
 /// released from the calling thread.
 pub struct Keeper {
     state: State,
-    events: Sender<Event>,
+    events: Events,
 }
 
 enum State {
@@ -43,7 +43,7 @@ pub fn deadline_after(sent: BootInstant, ttl: Duration) -> BootInstant {
 
 impl Keeper {
     /// Takes charge of `lease`; events (renewals, loss) will go to the supervisor.
-    pub fn new(lease: Box<dyn Lease>, events: Sender<Event>) -> Keeper {
+    pub fn new(lease: Box<dyn Lease>, events: Events) -> Keeper {
         Keeper {
             state: State::Idle(lease),
             events,
@@ -102,7 +102,7 @@ impl Keeper {
 fn keep(
     mut lease: Box<dyn Lease>,
     stop: &mpsc::Receiver<()>,
-    events: &Sender<Event>,
+    events: &Events,
 ) -> anyhow::Result<()> {
     let every = lease.renew_every();
     let retry = (every / 2).min(Duration::from_secs(1));
@@ -121,19 +121,19 @@ fn keep(
                 let took = BootInstant::now().saturating_duration_since(sent);
                 if let Some(ttl) = lease.ttl() {
                     report::verbose(format_args!("renewed the lease in {took:.1?}"));
-                    let _ = events.send(Event::Renewed(deadline_after(sent, ttl)));
+                    events.send(Event::Renewed(deadline_after(sent, ttl)));
                 }
                 next = sent + every;
             }
             Err(RenewError::Lost(why)) => {
-                let _ = events.send(Event::Lost(why));
+                events.send(Event::Lost(why));
                 // Nothing to renew any more; wait to be told to clean up.
                 let _ = stop.recv();
                 break;
             }
             Err(RenewError::Failed(e)) => {
                 report::verbose(format_args!("renewal failed, retrying in {retry:?}: {e:#}"));
-                let _ = events.send(Event::RenewFailed(format!("{e:#}")));
+                events.send(Event::RenewFailed(format!("{e:#}")));
                 next = BootInstant::now() + retry;
             }
         }

@@ -1,19 +1,24 @@
-//! SIGINT, SIGTERM and SIGHUP: one thread receives them (with their origin) and passes them on;
-//! [`Interrupt`] lets a backend's blocking wait be woken by them.
+//! Signals without a signal thread: SIGINT, SIGTERM, SIGHUP, SIGCHLD and a wake-up signal are
+//! blocked in every thread (the mask is set on the main thread before any other thread exists),
+//! and the main thread takes them synchronously with `sigtimedwait`, which also says who sent
+//! each one. An uncontended `dlock run` thus creates no thread at all: thread start-up was the
+//! largest part of dlock's overhead over `flock(1)` on a 2-core machine.
 //!
-//! `ctrlc` cannot tell which signal arrived, but SPEC.md forwards the exact signal and exits
-//! 128+N, hence `signal-hook`'s iterator. The handler itself only queues the signal; everything
-//! else happens on the signal thread, outside signal context.
+//! While a backend blocks in acquire, the main thread cannot wait for signals, so a backend about
+//! to block registers a waker with [`Interrupt::on_fire`]; that starts a watcher thread that takes
+//! the signals instead, fires the interrupt and runs the wakers, for as long as a waker is
+//! registered. The child gets an empty mask and default dispositions (std resets both on spawn).
 
+use std::io;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-
-use signal_hook::iterator::SignalsInfo;
-use signal_hook::iterator::exfiltrator::WithOrigin;
-use signal_hook::low_level::siginfo::Cause;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 /// The signals dlock forwards to the child and turns into exit 128+N.
 pub const FORWARDED: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+/// Sent to a thread blocked in [`wait`] to wake it: by the keeper to the main thread when it has
+/// queued an event, and to the watcher thread to stop it.
+const WAKE: i32 = libc::SIGUSR1;
 
 /// A received signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,93 +30,132 @@ pub struct Received {
     pub from_terminal: bool,
 }
 
-/// Installs handlers for the forwarded signals at once and returns the [`Interrupt`] they fire.
-///
-/// The thread that reads them starts lazily, on [`Interrupt::start_watching`] or when a backend
-/// registers a waker before blocking: an uncontended `dlock run` then creates no thread before
-/// its child is running (thread creation is a measurable part of dlock's overhead). Signals that
-/// arrive meanwhile are queued by the handler and not lost.
-pub fn watch(deliver: impl Fn(Received) + Send + 'static) -> std::io::Result<Arc<Interrupt>> {
-    let signals = SignalsInfo::<WithOrigin>::new(FORWARDED)?;
-    Ok(Arc::new_cyclic(|me| Interrupt {
-        me: me.clone(),
-        idle: Mutex::new(Some(Idle {
-            signals,
-            deliver: Box::new(deliver),
-        })),
-        ..Interrupt::default()
-    }))
+/// What [`wait`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Woken {
+    /// A forwarded signal.
+    Signal(Received),
+    /// SIGCHLD: some child changed state.
+    Child,
+    /// Another thread asked us to look at our queue (or the timeout ran out).
+    Wake,
 }
 
-fn received(origin: &signal_hook::low_level::siginfo::Origin) -> Received {
-    Received {
-        signal: origin.signal,
-        from_terminal: matches!(origin.cause, Cause::Kernel),
+fn set(signals: &[i32]) -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a plain sigset_t.
+    unsafe {
+        let mut s: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut s);
+        for &sig in signals {
+            libc::sigaddset(&mut s, sig);
+        }
+        s
+    }
+}
+
+const MAIN_SET: [i32; 5] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGCHLD,
+    WAKE,
+];
+const WATCHER_SET: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, WAKE];
+
+static MAIN_THREAD: OnceLock<libc::pthread_t> = OnceLock::new();
+
+/// Blocks the handled signals in this thread and in every thread created after it. Call first
+/// thing on the main thread. A forwarded signal that this process inherited as ignored (`nohup`,
+/// a background job of a non-interactive shell) stays ignored, for dlock and for the command:
+/// blocking it would queue it anyway.
+pub fn block() -> io::Result<()> {
+    let mut handled: Vec<i32> = MAIN_SET.to_vec();
+    handled.retain(|&sig| !(FORWARDED.contains(&sig) && inherited_ignored(sig)));
+    let s = set(&handled);
+    // SAFETY: valid set pointer; changes only this thread's mask.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &s, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    // SAFETY: pthread_self cannot fail.
+    let _ = MAIN_THREAD.set(unsafe { libc::pthread_self() });
+    Ok(())
+}
+
+fn inherited_ignored(sig: i32) -> bool {
+    // SAFETY: querying (not changing) a disposition into a zeroed sigaction.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// Waits up to `timeout` on the main thread for a forwarded signal, SIGCHLD or a wake-up.
+pub fn wait(timeout: Duration) -> Woken {
+    take(&MAIN_SET, timeout)
+}
+
+/// Takes a forwarded signal that is already pending, without waiting (SIGCHLD stays pending).
+pub fn pending() -> Option<Received> {
+    match take(&WATCHER_SET, Duration::ZERO) {
+        Woken::Signal(r) => Some(r),
+        _ => None,
+    }
+}
+
+fn take(signals: &[i32], timeout: Duration) -> Woken {
+    let s = set(signals);
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: zeroed siginfo is a valid out-parameter.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers; the signals are blocked in this thread.
+    let sig = unsafe { libc::sigtimedwait(&s, &mut info, &ts) };
+    match sig {
+        libc::SIGCHLD => Woken::Child,
+        s if FORWARDED.contains(&s) => Woken::Signal(Received {
+            signal: s,
+            from_terminal: info.si_code == libc::SI_KERNEL,
+        }),
+        _ => Woken::Wake, // WAKE, EAGAIN (timeout) or EINTR
+    }
+}
+
+/// Wakes the main thread from [`wait`] (after queueing an event for it).
+pub fn wake_main() {
+    if let Some(&t) = MAIN_THREAD.get() {
+        // SAFETY: the main thread lives as long as the process.
+        unsafe { libc::pthread_kill(t, WAKE) };
     }
 }
 
 type Waker = Box<dyn Fn() + Send>;
 
-/// Installed signal handlers whose reading thread has not started yet.
-struct Idle {
-    signals: SignalsInfo<WithOrigin>,
-    deliver: Box<dyn Fn(Received) + Send>,
-}
-
-/// A one-shot "stop waiting" flag with wake-up callbacks. Fired by the first forwarded signal;
-/// a backend blocked in a wait registers a waker that unblocks it (a signal to the waiting
-/// thread, a socket shutdown, ...) and then sees [`Interrupt::fired`].
+/// A one-shot "stop waiting" flag with wake-up callbacks, fired by the first forwarded signal
+/// that arrives while a backend waits. A backend about to block registers a waker that unblocks
+/// it (a signal to the waiting thread, a socket shutdown, ...) and then checks
+/// [`Interrupt::fired`].
 #[derive(Default)]
 pub struct Interrupt {
     signal: AtomicI32,
     next_id: AtomicU64,
     wakers: Mutex<Vec<(u64, Waker)>>,
-    me: Weak<Interrupt>,
-    idle: Mutex<Option<Idle>>,
+    watcher: Mutex<Option<Watcher>>,
 }
 
+struct Watcher {
+    thread: libc::pthread_t,
+    handle: std::thread::JoinHandle<()>,
+}
+
+static STOP_WATCHER: AtomicI32 = AtomicI32::new(0);
+
 impl Interrupt {
-    /// A new, unfired interrupt that no signal fires (for tests and embedding).
-    pub fn new() -> Arc<Interrupt> {
-        Arc::new(Interrupt::default())
-    }
-
-    /// Starts the thread that reads signals, fires this interrupt and delivers them (once; later
-    /// calls do nothing).
-    pub fn start_watching(&self) -> std::io::Result<()> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let (
-            Some(Idle {
-                mut signals,
-                deliver,
-            }),
-            Some(me),
-        ) = (idle.take(), self.me.upgrade())
-        else {
-            return Ok(());
-        };
-        std::thread::Builder::new()
-            .name("dlock-signals".into())
-            .spawn(move || {
-                for origin in signals.forever() {
-                    let r = received(&origin);
-                    me.fire(r.signal);
-                    deliver(r);
-                }
-            })?;
-        Ok(())
-    }
-
-    /// Handles signals that arrived before the watching thread started, on this thread.
-    pub fn check_pending(&self) {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(Idle { signals, deliver }) = idle.as_mut() {
-            for origin in signals.pending() {
-                let r = received(&origin);
-                self.fire(r.signal);
-                deliver(r);
-            }
-        }
+    /// A new, unfired interrupt.
+    pub fn new() -> std::sync::Arc<Interrupt> {
+        std::sync::Arc::new(Interrupt::default())
     }
 
     /// The signal that fired it, if any.
@@ -132,26 +176,77 @@ impl Interrupt {
         }
     }
 
-    /// Registers `wake` until the guard drops, for a caller about to block: starts the signal
-    /// thread if needed. If already fired, `wake` runs at once too, so a waiter that registers
-    /// and then checks [`Interrupt::fired`] cannot miss a signal.
-    pub fn on_fire(&self, wake: impl Fn() + Send + 'static) -> std::io::Result<WakerGuard<'_>> {
-        self.check_pending();
-        self.start_watching()?;
-        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
-        if self.fired().is_some() {
-            wake();
+    /// Registers `wake` until the guard drops, for a caller about to block. While any waker is
+    /// registered, a watcher thread takes the forwarded signals and fires this interrupt. If
+    /// already fired, `wake` runs at once too, so a waiter that registers and then checks
+    /// [`Interrupt::fired`] cannot miss a signal.
+    pub fn on_fire(&self, wake: impl Fn() + Send + 'static) -> io::Result<WakerGuard<'_>> {
+        if let Some(r) = pending() {
+            self.fire(r.signal);
         }
-        wakers.push((id, Box::new(wake)));
-        Ok(WakerGuard {
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        {
+            let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+            if self.fired().is_some() {
+                wake();
+            }
+            wakers.push((id, Box::new(wake)));
+        }
+        let guard = WakerGuard {
             interrupt: self,
             id,
-        })
+        };
+        self.start_watcher()?;
+        Ok(guard)
+    }
+
+    fn start_watcher(&self) -> io::Result<()> {
+        let mut watcher = self.watcher.lock().unwrap_or_else(|e| e.into_inner());
+        if watcher.is_some() || MAIN_THREAD.get().is_none() {
+            return Ok(()); // running, or signals are not blocked (tests): nothing to take
+        }
+        STOP_WATCHER.store(0, Ordering::SeqCst);
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The watcher needs `&self` for the duration of the guard; it gets a raw pointer, and
+        // the last guard's drop joins it before `self` can go away.
+        let me = self as *const Interrupt as usize;
+        let handle = std::thread::Builder::new()
+            .name("dlock-signals".into())
+            .spawn(move || {
+                // SAFETY: pthread_self cannot fail.
+                let _ = tx.send(unsafe { libc::pthread_self() });
+                while STOP_WATCHER.load(Ordering::SeqCst) == 0 {
+                    if let Woken::Signal(r) = take(&WATCHER_SET, Duration::from_secs(1)) {
+                        // SAFETY: see above: joined before the Interrupt is dropped.
+                        let me = unsafe { &*(me as *const Interrupt) };
+                        me.fire(r.signal);
+                    }
+                }
+            })?;
+        let thread = rx
+            .recv()
+            .map_err(|_| io::Error::other("signal watcher died"))?;
+        *watcher = Some(Watcher { thread, handle });
+        Ok(())
+    }
+
+    fn stop_watcher(&self) {
+        let Some(w) = self
+            .watcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
+            return;
+        };
+        STOP_WATCHER.store(1, Ordering::SeqCst);
+        // SAFETY: the thread is alive until joined below.
+        unsafe { libc::pthread_kill(w.thread, WAKE) };
+        let _ = w.handle.join();
     }
 }
 
-/// Unregisters a waker on drop.
+/// Unregisters a waker on drop; the last one stops the watcher thread.
 pub struct WakerGuard<'a> {
     interrupt: &'a Interrupt,
     id: u64,
@@ -159,18 +254,25 @@ pub struct WakerGuard<'a> {
 
 impl Drop for WakerGuard<'_> {
     fn drop(&mut self) {
-        let mut wakers = self
-            .interrupt
-            .wakers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        wakers.retain(|(id, _)| *id != self.id);
+        let empty = {
+            let mut wakers = self
+                .interrupt
+                .wakers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            wakers.retain(|(id, _)| *id != self.id);
+            wakers.is_empty()
+        };
+        if empty {
+            self.interrupt.stop_watcher();
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use std::sync::atomic::AtomicUsize;
 
     #[test]

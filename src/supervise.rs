@@ -13,14 +13,14 @@ use std::io;
 use std::os::unix::process::CommandExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::clock::BootInstant;
 use crate::exit;
 use crate::keeper::Keeper;
-use crate::signals::Received;
+use crate::signals::{self, Received, Woken};
 
 /// Everything the main thread waits for while the child runs.
 #[derive(Debug)]
@@ -37,6 +37,19 @@ pub enum Event {
     RenewFailed(String),
     /// The backend says the lease is gone.
     Lost(String),
+}
+
+/// The sending side of the main thread's event queue, for other threads: each send also wakes
+/// the main thread from its signal wait.
+#[derive(Clone)]
+pub struct Events(pub Sender<Event>);
+
+impl Events {
+    /// Queues `event` for the main thread and wakes it.
+    pub fn send(&self, event: Event) {
+        let _ = self.0.send(event);
+        signals::wake_main();
+    }
 }
 
 /// Why the child was stopped.
@@ -67,10 +80,73 @@ pub fn become_subreaper() {
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
 }
 
-/// A running child. Signals go to it only while it is unreaped, so never to a recycled pid.
+/// Reaps this process's children on SIGCHLD: reports the command's status, reaps orphans
+/// reparented here, and says when none is left. The command is signalled only while unreaped,
+/// so never a recycled pid.
+#[derive(Default)]
+pub struct Reaper {
+    state: Mutex<ReapState>,
+}
+
+#[derive(Default)]
+struct ReapState {
+    /// The command's pid, once spawned.
+    main: Option<libc::pid_t>,
+    /// The command has been reaped.
+    reaped: bool,
+    /// AllReaped was sent.
+    all_sent: bool,
+}
+
+impl Reaper {
+    /// A reaper with no child yet.
+    pub fn new() -> Arc<Reaper> {
+        Arc::new(Reaper::default())
+    }
+
+    /// Reaps every child that has exited, without blocking; call on SIGCHLD. Does nothing before
+    /// the command is spawned.
+    pub fn reap(&self, events: &Sender<Event>) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(main) = st.main else { return };
+        loop {
+            // SAFETY: zeroed siginfo is a valid out-parameter for waitid.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // WNOWAIT: learn who exited without reaping it yet.
+            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+            // SAFETY: valid pointer.
+            if unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) } != 0 {
+                match io::Error::last_os_error().raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    _ => {
+                        // ECHILD: nothing left at all.
+                        if st.reaped && !st.all_sent {
+                            st.all_sent = true;
+                            let _ = events.send(Event::AllReaped);
+                        }
+                        return;
+                    }
+                }
+            }
+            // SAFETY: waitid filled a CLD_* siginfo (or left it zeroed: pid 0).
+            let pid = unsafe { info.si_pid() };
+            if pid == 0 {
+                return; // children remain, none has exited
+            }
+            let status = wait_pid(pid);
+            if pid == main {
+                st.reaped = true;
+                let _ = events.send(Event::ChildExited(status));
+            }
+        }
+    }
+}
+
+/// A running child.
 pub struct Child {
     pid: libc::pid_t,
-    reaped: Arc<Mutex<bool>>,
+    reaper: Arc<Reaper>,
+    events: Sender<Event>,
 }
 
 /// Why the command could not be started.
@@ -83,12 +159,13 @@ pub struct SpawnError {
 }
 
 /// Spawns `command` directly (no shell) from the calling thread, which must be the main thread
-/// and must outlive the child: `PR_SET_PDEATHSIG` fires when the *thread* that forked exits. The
-/// reaper thread reports on `events`.
+/// and must outlive the child: `PR_SET_PDEATHSIG` fires when the *thread* that forked exits.
+/// Its exit is reported on `events` when [`supervise`] sees SIGCHLD.
 pub fn spawn(
     command: &[OsString],
     env: &[(&str, String)],
-    events: Sender<Event>,
+    reaper: &Arc<Reaper>,
+    events: &Sender<Event>,
 ) -> Result<Child, SpawnError> {
     // SAFETY: getpid cannot fail.
     let parent = unsafe { libc::getpid() };
@@ -102,6 +179,12 @@ pub fn spawn(
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
+            // dlock blocks the signals it waits for (see `signals`); the command must start with
+            // an empty mask, or `kill -TERM` would never reach it. SIGPIPE as a shell would.
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -126,51 +209,17 @@ pub fn spawn(
     let pid = child.id() as libc::pid_t;
     // The std handle is not used to wait: the reaper waits for every child, orphans included.
     drop(child);
-    let reaped = Arc::new(Mutex::new(false));
-    let flag = reaped.clone();
-    let spawned = std::thread::Builder::new()
-        .name("dlock-reaper".into())
-        .spawn(move || reap(pid, &flag, &events));
-    if let Err(e) = spawned {
-        // SAFETY: plain kill of our own unreaped child.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        return Err(SpawnError {
-            code: exit::NOT_EXECUTABLE,
-            message: format!("cannot start reaper: {e}"),
-        });
-    }
-    Ok(Child { pid, reaped })
-}
-
-/// Waits for every child of this process: reports the main child's status, reaps orphans that
-/// were reparented here, and says when none is left.
-fn reap(main: libc::pid_t, reaped: &Mutex<bool>, events: &Sender<Event>) {
-    loop {
-        // SAFETY: zeroed siginfo is a valid out-parameter for waitid.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // WNOWAIT: learn who exited without reaping, so its pid cannot be recycled while the main
-        // thread might still signal it.
-        // SAFETY: valid pointer.
-        let rc = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) };
-        if rc != 0 {
-            match io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => continue,
-                _ => break, // ECHILD: nothing left
-            }
-        }
-        // SAFETY: waitid filled a CLD_* siginfo.
-        let pid = unsafe { info.si_pid() };
-        if pid == main {
-            let mut flag = reaped.lock().unwrap_or_else(|e| e.into_inner());
-            let status = wait_pid(pid);
-            *flag = true;
-            drop(flag);
-            let _ = events.send(Event::ChildExited(status));
-        } else {
-            wait_pid(pid);
-        }
-    }
-    let _ = events.send(Event::AllReaped);
+    *reaper.state.lock().unwrap_or_else(|e| e.into_inner()) = ReapState {
+        main: Some(pid),
+        reaped: false,
+        all_sent: false,
+    };
+    // Its SIGCHLD, however early, stays pending (blocked) until supervise() takes it.
+    Ok(Child {
+        pid,
+        reaper: reaper.clone(),
+        events: events.clone(),
+    })
 }
 
 fn wait_pid(pid: libc::pid_t) -> ExitStatus {
@@ -192,8 +241,8 @@ impl Child {
 
     /// Sends `sig` to the child if it has not been reaped yet.
     fn signal(&self, sig: i32) {
-        let reaped = self.reaped.lock().unwrap_or_else(|e| e.into_inner());
-        if !*reaped {
+        let st = self.reaper.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !st.reaped {
             // SAFETY: the pid is our unreaped child (held by the lock above), so it is not reused.
             unsafe { libc::kill(self.pid, sig) };
         }
@@ -318,10 +367,17 @@ pub fn supervise(
                 }
             }
         }
-        let event = match events.recv_timeout(wake) {
+        let event = match events.try_recv() {
             Ok(e) => e,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => {
+            Err(TryRecvError::Empty) => match signals::wait(wake) {
+                Woken::Signal(r) => Event::Signal(r),
+                Woken::Child => {
+                    child.reaper.reap(&child.events);
+                    continue;
+                }
+                Woken::Wake => continue,
+            },
+            Err(TryRecvError::Disconnected) => {
                 return Ending::Lost("internal: event channel closed".into());
             }
         };

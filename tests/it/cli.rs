@@ -246,3 +246,40 @@ fn quiet_silences_and_verbose_reports_timings() {
     let out = run_ok(&mut b.run(&key, &["-q"], &["true"]));
     assert!(out.stderr.is_empty());
 }
+
+/// Regression: dlock blocks the signals it waits for, and the command once inherited that mask,
+/// so `kill -TERM` never reached it. It must start with nothing blocked and exactly the ignored
+/// signals dlock itself inherited (nohup's SIGHUP stays ignored; nothing is added).
+#[test]
+fn command_starts_with_no_blocked_signals_and_inherited_ignores() {
+    let sig_lines = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("SigBlk") || l.starts_with("SigIgn"))
+            .map(String::from)
+            .collect()
+    };
+    let b = TestBackend::file();
+    let out = run_ok(&mut b.run(&unique_key("sigmask"), &[], &["cat", "/proc/self/status"]));
+    let child = sig_lines(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(child[0], "SigBlk:\t0000000000000000");
+    // Standard signals 1-31 only (32 and 33 are glibc's own); dlock was started by std, which
+    // resets SIGPIPE, so nothing standard may be ignored.
+    let ignored = u64::from_str_radix(child[1].trim_start_matches("SigIgn:\t"), 16).unwrap();
+    assert_eq!(ignored & 0x7fff_ffff, 0, "{}", child[1]);
+
+    // Under nohup, SIGHUP is ignored: dlock must neither exit on it nor forward it.
+    let dir = scratch("nohup");
+    let m = dir.join("started");
+    let mut c = std::process::Command::new("nohup");
+    c.arg(DLOCK)
+        .arg("run")
+        .args(&b.args)
+        .args(["-k", &unique_key("nohup"), "--"]);
+    c.args(sh(&format!("echo > {}; sleep 0.5", m.display())));
+    c.current_dir(&dir);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&m, std::time::Duration::from_secs(5));
+    p.signal(libc::SIGHUP);
+    let (out, _) = p.wait(std::time::Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+}

@@ -1,0 +1,109 @@
+//! SPEC rule 2 at the supervisor: when renewals keep failing, the command gets SIGTERM at
+//! `deadline - grace` and is SIGKILLed by the deadline, measured from the acquisition's send time.
+//! The file backend's lease never expires and server backends test this against real servers;
+//! here a lease whose every renewal fails drives the real supervisor and a real child.
+//!
+//! `harness = false`: like `dlock`, this process must block its signals before any thread
+//! exists, which libtest's threads would prevent.
+
+use std::ffi::OsString;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use dlock_cli::backend::{Lease, RenewError};
+use dlock_cli::clock::BootInstant;
+use dlock_cli::keeper::{Keeper, deadline_after};
+use dlock_cli::supervise::{self, Ending, Events, LeaseClock, Reaper};
+
+/// A lease whose server never answers.
+struct Unreachable {
+    acquired_at: BootInstant,
+    ttl: Duration,
+}
+
+impl Lease for Unreachable {
+    fn fencing_token(&self) -> Option<u64> {
+        None
+    }
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.ttl)
+    }
+    fn acquired_at(&self) -> BootInstant {
+        self.acquired_at
+    }
+    fn renew_every(&self) -> Duration {
+        self.ttl / 3
+    }
+    fn renew(&mut self) -> Result<(), RenewError> {
+        Err(RenewError::Failed(anyhow::anyhow!("connection timed out")))
+    }
+    fn release(self: Box<Self>) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `script` under a 1500 ms lease that cannot be renewed, with a 300 ms loss grace.
+fn run_unrenewable(reaper: &std::sync::Arc<Reaper>, script: &str) -> (Ending, Duration) {
+    let (tx, rx) = mpsc::channel();
+    let ttl = Duration::from_millis(1500);
+    let acquired_at = BootInstant::now();
+    let started = Instant::now();
+    let mut keeper = Keeper::new(
+        Box::new(Unreachable { acquired_at, ttl }),
+        Events(tx.clone()),
+    );
+    let cmd: Vec<OsString> = ["sh", "-c", script].map(OsString::from).to_vec();
+    let child = supervise::spawn(&cmd, &[], reaper, &tx).expect("spawn sh");
+    let clock = LeaseClock {
+        deadline: Some(deadline_after(acquired_at, ttl)),
+        loss_grace: Duration::from_millis(300),
+    };
+    let ending = supervise::supervise(&child, &rx, &mut keeper, clock, Duration::from_secs(5));
+    let took = started.elapsed();
+    keeper.release().unwrap();
+    (ending, took)
+}
+
+fn check(name: &str, ok: bool, detail: String, failed: &mut u32) {
+    println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
+    if !ok {
+        println!("    {detail}");
+        *failed += 1;
+    }
+}
+
+fn main() {
+    dlock_cli::signals::block().unwrap();
+    let reaper = Reaper::new();
+    let mut failed = 0;
+
+    // Ignores SIGTERM: only the SIGKILL at the deadline (1500 ms - 17 ms margin) ends it.
+    let (ending, took) = run_unrenewable(&reaper, "trap '' TERM; sleep 30");
+    let lost = matches!(&ending, Ending::Lost(why) if why.contains("connection timed out"));
+    check(
+        "lost_lease_reports_the_renewal_error",
+        lost && ending.code() == 79,
+        format!("{ending:?}"),
+        &mut failed,
+    );
+    check(
+        "sigkill_lands_by_the_deadline",
+        took >= Duration::from_millis(1400) && took < Duration::from_millis(1600),
+        format!("the child ended after {took:?}; the deadline was at 1483 ms"),
+        &mut failed,
+    );
+
+    // Dies on SIGTERM, which comes at deadline - grace (1483 - 300 ms), to the whole job.
+    let (ending, took) = run_unrenewable(&reaper, "sleep 30; echo never");
+    check(
+        "sigterm_comes_a_grace_before_the_deadline",
+        ending.code() == 79
+            && took >= Duration::from_millis(1150)
+            && took < Duration::from_millis(1350),
+        format!("{ending:?} after {took:?}; SIGTERM was due at 1183 ms"),
+        &mut failed,
+    );
+
+    println!("\n{} passed, {failed} failed", 3 - failed);
+    std::process::exit(if failed == 0 { 0 } else { 1 });
+}
