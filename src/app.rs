@@ -186,31 +186,31 @@ fn run(cfg: &RunConfig) -> u8 {
     report::verbose(format_args!("started pid {}", child.pid()));
     let ending = supervise::supervise(&child, &rx, &mut keeper, clock, cfg.kill_grace);
     let release_started = Instant::now();
-    let released = keeper.release();
-    match &ending {
-        Ending::Lost(reason) => report::error(format_args!(
-            "{name}: lost the lock '{}' while the command ran: {reason}; the command was terminated",
-            cfg.key
-        )),
-        Ending::Signalled(sig) => report::verbose(format_args!(
-            "stopped by {}; the command was stopped",
-            exit::signal_name(*sig)
-        )),
-        Ending::Exited(_) => {}
-    }
+    let released = match &ending {
+        Ending::Lost(reason) => {
+            report::error(format_args!(
+                "{name}: lost the lock '{}' while the command ran: {reason}; the command was terminated",
+                cfg.key
+            ));
+            keeper.abandon();
+            return ending.code();
+        }
+        Ending::Signalled(sig) => {
+            report::verbose(format_args!("stopped by {}", exit::signal_name(*sig)));
+            keeper.release()
+        }
+        Ending::Exited(_) => keeper.release(),
+    };
     match released {
         Ok(()) => report::verbose(format_args!(
             "released '{}' in {:.1?}",
             cfg.key,
             release_started.elapsed()
         )),
-        Err(e) if !matches!(ending, Ending::Lost(_)) => {
-            report::warn(format_args!(
-                "{name}: release of '{}' failed (it expires by itself): {e:#}",
-                cfg.key
-            ));
-        }
-        Err(_) => {}
+        Err(e) => report::warn(format_args!(
+            "{name}: release of '{}' failed (it expires by itself): {e:#}",
+            cfg.key
+        )),
     }
     ending.code()
 }

@@ -84,6 +84,15 @@ impl Keeper {
             .map_err(|_| std::io::Error::other("the keeper thread exited"))
     }
 
+    /// Stops renewing without waiting for the thread, which may be stuck in a call to a server
+    /// that does not answer: for a lease that is lost (or running out), where releasing is moot.
+    /// The thread ends with the process.
+    pub fn abandon(self) {
+        if let State::Running { stop, .. } = self.state {
+            let _ = stop.send(());
+        }
+    }
+
     /// Stops renewing and releases the lock (a no-op on the server if it was lost). Blocks until
     /// the release is done.
     pub fn release(self) -> anyhow::Result<()> {

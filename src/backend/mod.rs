@@ -7,6 +7,7 @@
 //! by the keeper thread, which renews it and reports its loss.
 
 pub mod file;
+pub mod redis;
 
 use std::time::{Duration, Instant};
 
@@ -202,6 +203,7 @@ pub trait Lease: Send {
 pub fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
     match target.kind {
         BackendKind::File => Ok(Box::new(file::FileBackend::open(&target.urls)?)),
+        BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(&target.urls)?)),
         other => Err(Usage(format!(
             "the {} backend is not built yet; use --backend file",
             other.name()

@@ -4,4 +4,6 @@ mod cli;
 mod conformance;
 mod file;
 mod generated;
+mod redis;
+mod servers;
 mod util;

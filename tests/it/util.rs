@@ -66,6 +66,23 @@ impl TestBackend {
         }
     }
 
+    /// Redis at `url`, with a short TTL so that lost locks come back fast.
+    pub fn redis(url: &str) -> TestBackend {
+        let ttl = Duration::from_secs(2);
+        TestBackend {
+            name: "redis",
+            args: vec![
+                "--backend".into(),
+                "redis".into(),
+                "--url".into(),
+                url.into(),
+            ],
+            env: Vec::new(),
+            ttl,
+            notice: ttl / 3 + Duration::from_millis(300),
+        }
+    }
+
     /// `dlock SUB <backend args>`, with a clean environment.
     pub fn cmd(&self, sub: &str) -> Command {
         let mut c = dlock();

@@ -1,0 +1,212 @@
+//! The redis backend against real redis-server processes: the conformance suite on a shared
+//! server, and the failures only a server can cause on servers of their own.
+
+use std::time::{Duration, Instant};
+
+use crate::conformance::wait_until_waiting;
+use crate::servers::{Redis, shared_redis};
+use crate::util::*;
+
+crate::conformance!(match shared_redis() {
+    Some(url) => TestBackend::redis(&url),
+    None => return,
+});
+
+/// A holder whose command writes its pid to a marker and sleeps; returns (dlock, command pid).
+fn hold(b: &TestBackend, key: &str, extra: &[&str]) -> (Proc, i32) {
+    let dir = scratch("redis-hold");
+    let m = dir.join("pid");
+    let p = Proc::spawn(&mut b.run(
+        key,
+        extra,
+        &sh(&format!("echo $$ > {}; exec sleep 30", m.display())),
+    ));
+    let pid = wait_for_file(&m, Duration::from_secs(10)).parse().unwrap();
+    (p, pid)
+}
+
+/// The server stops answering (SIGSTOP) for longer than the TTL: the command must be gone before
+/// the lease could have expired on the server, and dlock exits 79.
+#[test]
+fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
+    let Some(server) = Redis::start(&[]) else {
+        return;
+    };
+    let b = TestBackend {
+        ttl: Duration::from_millis(1500),
+        ..TestBackend::redis(&server.url())
+    };
+    let key = unique_key("paused");
+    // The grace is clamped to ttl/3 (500 ms), so SIGTERM comes 500 ms before the deadline.
+    let (p, child) = hold(&b, &key, &["--kill-grace", "5s"]);
+    server.pause(true);
+    let paused = Instant::now();
+    let died = wait_until(Duration::from_secs(10), "the command to be stopped", || {
+        !alive(child)
+    });
+    let (out, exited) = {
+        let (out, _) = p.wait(Duration::from_secs(10));
+        (out, paused.elapsed())
+    };
+    server.pause(false);
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(one_error_line(&out).contains("lost"), "{}", describe(&out));
+    // The last renewal was sent at most ttl/3 before the pause, so the server's key lives until at
+    // least pause + 1000 ms; dlock's deadline is at most pause + 1500 ms - margin, SIGTERM 500 ms
+    // earlier, and `sleep` dies of SIGTERM.
+    assert!(
+        died < Duration::from_millis(1050),
+        "the command outlived the lease: {died:?}"
+    );
+    assert!(
+        died > Duration::from_millis(400),
+        "terminated before the lease was in danger: {died:?}"
+    );
+    // dlock does not wait for a renewal stuck on the dead server before it exits.
+    assert!(
+        exited < died + Duration::from_millis(300),
+        "dlock exited {exited:?} after the pause"
+    );
+}
+
+/// Someone deletes the lock key: the holder's next renewal sees it and stops the command.
+#[test]
+fn lock_deleted_behind_the_holders_back_is_lost() {
+    let Some(url) = shared_redis() else { return };
+    let b = TestBackend::redis(&url);
+    let key = unique_key("deleted");
+    let (p, child) = hold(&b, &key, &[]);
+    let port = url.rsplit(':').next().unwrap();
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", port, "DEL", &format!("dlock:{{{key}}}")])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+    let deleted = Instant::now();
+    let (out, _) = p.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(
+        deleted.elapsed() < b.notice + Duration::from_millis(500),
+        "noticed after {:?}",
+        deleted.elapsed()
+    );
+    assert!(!alive(child));
+}
+
+/// A restart without persistence loses every key: the holder must notice, not re-take the lock.
+#[test]
+fn server_restart_without_persistence_loses_the_lock() {
+    let Some(mut server) = Redis::start(&[]) else {
+        return;
+    };
+    let b = TestBackend::redis(&server.url());
+    let key = unique_key("restart");
+    let (p, child) = hold(&b, &key, &[]);
+    let token_before = b.status(&key)["holders"][0]["fencing_token"]
+        .as_u64()
+        .unwrap();
+    server.restart();
+    let (out, _) = p.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(!alive(child));
+    // Fencing tokens still grow after the counter was lost with the restart.
+    let out = run_ok(&mut b.run(&key, &[], &sh("printf %s \"$DLOCK_FENCING_TOKEN\"")));
+    let after: u64 = String::from_utf8(out.stdout).unwrap().parse().unwrap();
+    assert!(
+        after > token_before,
+        "token went back from {token_before} to {after}"
+    );
+}
+
+/// Twenty waiters on one key: each release wakes one waiter, not all of them. Counts the server's
+/// commands over twenty hand-offs; a herd would cost ~20 acquire attempts per hand-off.
+#[test]
+fn each_release_wakes_one_waiter() {
+    let Some(server) = Redis::start(&[]) else {
+        return;
+    };
+    let b = TestBackend {
+        ttl: Duration::from_secs(10),
+        ..TestBackend::redis(&server.url())
+    };
+    let key = unique_key("herd");
+    let dir = scratch("herd");
+    let m = dir.join("held");
+    let mut holder = Proc::spawn(&mut b.run(
+        &key,
+        &[],
+        &sh(&format!("echo > {}; read _x || true", m.display())),
+    ));
+    wait_for_file(&m, Duration::from_secs(5));
+    let waiters: Vec<Proc> = (0..20)
+        .map(|_| Proc::spawn(&mut b.run(&key, &["--wait", "60s"], &["true"])))
+        .collect();
+    wait_until_waiting(&b, &key, 20);
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]), "OK");
+    holder.close_stdin();
+    holder.wait(Duration::from_secs(10));
+    for w in waiters {
+        let (out, _) = w.wait(Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    }
+    // Redis also counts the commands run inside scripts; the client's round trips are the
+    // EVALSHA (acquire attempts and releases) and BLPOP calls.
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let calls = |name: &str| -> u64 {
+        stats
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
+            .and_then(|l| l.split("calls=").nth(1)?.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let round_trips = calls("evalsha") + calls("blpop");
+    let per_hand_off = round_trips as f64 / 20.0;
+    eprintln!("{round_trips} round trips for 20 hand-offs ({per_hand_off:.1} each):\n{stats}");
+    assert!(
+        per_hand_off <= 5.0,
+        "{per_hand_off:.1} round trips per hand-off: a herd?\n{stats}"
+    );
+}
+
+/// A server that accepts connections but never answers: exit 69 within the documented bound.
+#[test]
+fn black_holed_server_fails_within_seconds() {
+    let Some(server) = Redis::start(&[]) else {
+        return;
+    };
+    let b = TestBackend::redis(&server.url());
+    server.pause(true);
+    let started = Instant::now();
+    let out = output(&mut b.run(&unique_key("blackhole"), &[], &["true"]));
+    let took = started.elapsed();
+    server.pause(false);
+    assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
+    assert!(one_error_line(&out).contains("redis"));
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+/// Credentials work from DLOCK_URL, and a wrong password is exit 69 without printing it.
+#[test]
+fn password_from_the_environment_and_never_printed() {
+    let Some(server) = Redis::start(&["--requirepass", "right-pw"]) else {
+        return;
+    };
+    let key = unique_key("auth");
+    let with = |pw: &str| {
+        let mut c = dlock();
+        c.env(
+            "DLOCK_URL",
+            format!("redis://:{pw}@127.0.0.1:{}", server.port),
+        );
+        c.args(["run", "-k", &key, "--", "true"]);
+        output(&mut c)
+    };
+    assert_eq!(with("right-pw").status.code(), Some(0));
+    let out = with("wrong-pw");
+    assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
+    let line = one_error_line(&out);
+    assert!(
+        !line.contains("wrong-pw") && !line.contains("right-pw"),
+        "{line}"
+    );
+}

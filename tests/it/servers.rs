@@ -1,0 +1,221 @@
+//! Real servers for the tests: started on a free loopback port with a temp dir, readiness polled
+//! with a deadline, their log printed when they fail to start, killed on drop — and, because
+//! they are spawned from one long-lived thread with `PR_SET_PDEATHSIG`, killed when the test
+//! binary exits, however it exits. One shared server per backend per test binary; tests that
+//! stop, kill or restart a server get their own.
+//!
+//! `DLOCK_TEST_REDIS_URL` points the shared server at an existing one instead. A missing server
+//! binary skips the backend's tests loudly, or fails them under `DLOCK_TEST_REQUIRE_BACKENDS=1`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// Whether a missing server must fail the tests (CI) rather than skip them.
+fn required() -> bool {
+    std::env::var_os("DLOCK_TEST_REQUIRE_BACKENDS").is_some_and(|v| v == "1")
+}
+
+/// Whether `bin` is on PATH; if not, skips loudly (returns false) or panics under CI.
+pub fn available(bin: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()));
+    if !found {
+        assert!(
+            !required(),
+            "{bin} is not installed, and DLOCK_TEST_REQUIRE_BACKENDS=1"
+        );
+        eprintln!(
+            "SKIPPED: {bin} is not installed (set DLOCK_TEST_REQUIRE_BACKENDS=1 to fail instead)"
+        );
+    }
+    found
+}
+
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Spawns server processes from a thread that lives as long as the test binary, so that
+/// `PR_SET_PDEATHSIG` (which fires when the spawning *thread* exits) kills them only at the end.
+fn spawn_server(mut cmd: Command) -> std::io::Result<Child> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    let tx = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        std::thread::spawn(move || {
+            for (mut cmd, reply) in rx {
+                use std::os::unix::process::CommandExt;
+                // SAFETY: prctl is async-signal-safe.
+                unsafe {
+                    cmd.pre_exec(|| {
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                        Ok(())
+                    });
+                }
+                let _ = reply.send(cmd.spawn());
+            }
+        });
+        Mutex::new(tx)
+    });
+    let (reply, rx) = mpsc::channel();
+    cmd.stdin(Stdio::null());
+    tx.lock().unwrap().send((cmd, reply)).unwrap();
+    rx.recv().unwrap()
+}
+
+/// A free TCP port on 127.0.0.1 (free when asked; servers bind it right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running redis-server.
+pub struct Redis {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+impl Redis {
+    /// Starts a new server with extra arguments (e.g. `--requirepass x`), or `None` if
+    /// redis-server is missing (and not required).
+    pub fn start(extra: &[&str]) -> Option<Redis> {
+        if !available("redis-server") {
+            return None;
+        }
+        let mut r = Redis {
+            port: free_port(),
+            dir: scratch("redis"),
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        r.launch();
+        Some(r)
+    }
+
+    fn launch(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.args([
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]);
+        cmd.arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"));
+        cmd.args(&self.extra);
+        self.child = Some(spawn_server(cmd).expect("spawn redis-server"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.ping() {
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+                panic!(
+                    "redis-server on port {} not ready after 10 s; its log:\n{log}",
+                    self.port
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn ping(&self) -> bool {
+        let auth = self
+            .extra
+            .iter()
+            .position(|a| a == "--requirepass")
+            .map(|i| self.extra[i + 1].clone());
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        s.set_read_timeout(Some(Duration::from_secs(1))).ok();
+        let req = match auth {
+            Some(pw) => format!("AUTH {pw}\r\nPING\r\n"),
+            None => "PING\r\n".to_string(),
+        };
+        if s.write_all(req.as_bytes()).is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 64];
+        let mut got = String::new();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !got.contains("PONG") && Instant::now() < deadline {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.push_str(&String::from_utf8_lossy(&buf[..n])),
+            }
+        }
+        got.contains("PONG")
+    }
+
+    /// `redis://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    /// SIGSTOP / SIGCONT: the cheapest realistic partition (connections stay open, nothing answers).
+    pub fn pause(&self, on: bool) {
+        // SAFETY: plain kill of our own child.
+        unsafe { libc::kill(self.pid(), if on { libc::SIGSTOP } else { libc::SIGCONT }) };
+    }
+
+    /// Kills the server (no persistence: every key is gone) and starts it again on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Runs a command with redis-cli and returns its trimmed output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.pause(false);
+        self.kill();
+    }
+}
+
+/// The shared Redis URL of this test binary (`DLOCK_TEST_REDIS_URL`, or a server started once).
+pub fn shared_redis() -> Option<String> {
+    if let Ok(url) = std::env::var("DLOCK_TEST_REDIS_URL") {
+        return Some(url);
+    }
+    static SHARED: OnceLock<Option<Redis>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| Redis::start(&[]))
+        .as_ref()
+        .map(Redis::url)
+}
