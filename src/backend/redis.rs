@@ -107,6 +107,11 @@ struct Node {
 
 impl Node {
     fn parse(url: &str) -> Result<Node, Usage> {
+        if url.starts_with("rediss:") {
+            // redis-rs leaves the rustls crypto provider to the application (it panics without
+            // one); an error here only means one is installed already.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
         let client = Client::open(url)
             .map_err(|e| Usage(format!("bad redis URL '{}': {e}", redact(url))))?;
         let addr = client.get_connection_info().addr().to_string();

@@ -210,3 +210,51 @@ fn password_from_the_environment_and_never_printed() {
         "{line}"
     );
 }
+
+/// rediss:// against a server with a certificate from a private CA: trusted through
+/// SSL_CERT_FILE it works, untrusted it is a one-line exit 69.
+#[test]
+fn tls_with_a_private_ca() {
+    let Some((server, ca)) = Redis::start_tls() else {
+        return;
+    };
+    let url = format!("rediss://127.0.0.1:{}", server.port);
+    let b = TestBackend::redis(&url);
+    let key = unique_key("tls");
+    let out = run_ok(
+        b.run(&key, &[], &sh("printf %s \"$DLOCK_FENCING_TOKEN\""))
+            .env("SSL_CERT_FILE", &ca),
+    );
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .parse::<u64>()
+            .is_ok()
+    );
+    let out = run_code(
+        b.run(&key, &[], &["true"])
+            .env("SSL_CERT_FILE", "/dev/null"),
+        69,
+    );
+    assert!(one_error_line(&out).contains("certificate"));
+}
+
+/// The unix-socket form of the URL.
+#[test]
+fn unix_socket_url() {
+    let dir = scratch("redis-unix");
+    let sock = dir.join("redis.sock");
+    let Some(_server) = Redis::start(&[
+        "--unixsocket",
+        sock.to_str().unwrap(),
+        "--unixsocketperm",
+        "700",
+    ]) else {
+        return;
+    };
+    let b = TestBackend::redis(&format!("redis+unix://{}", sock.display()));
+    let key = unique_key("unix");
+    run_ok(&mut b.run(&key, &[], &["true"]));
+    let s = b.status(&key);
+    assert_eq!(s["location"], sock.display().to_string());
+}

@@ -101,6 +101,77 @@ impl Redis {
         Some(r)
     }
 
+    /// A TLS-only server with a certificate for 127.0.0.1 and localhost signed by a fresh CA;
+    /// returns it with the CA's PEM file (for `SSL_CERT_FILE`).
+    pub fn start_tls() -> Option<(Redis, PathBuf)> {
+        if !available("redis-server") || !available("openssl") {
+            return None;
+        }
+        let dir = scratch("redis-tls");
+        let sh = |script: &str| {
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .current_dir(&dir)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{script}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        sh(
+            "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj '/CN=dlock test CA'",
+        );
+        sh(
+            "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj '/CN=localhost'",
+        );
+        sh(
+            "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf && openssl x509 -req -in server.csr \
+            -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf",
+        );
+        let port = free_port();
+        let d = dir.display();
+        let extra = [
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--tls-auth-clients",
+            "no",
+            "--tls-cert-file",
+            &format!("{d}/server.pem"),
+            "--tls-key-file",
+            &format!("{d}/server.key"),
+            "--tls-ca-cert-file",
+            &format!("{d}/ca.pem"),
+        ];
+        let mut r = Redis {
+            port,
+            dir: dir.clone(),
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(&r.extra);
+        cmd.arg("--dir")
+            .arg(&r.dir)
+            .arg("--logfile")
+            .arg(r.dir.join("redis.log"));
+        r.child = Some(spawn_server(cmd).expect("spawn redis-server"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(r.dir.join("redis.log")).unwrap_or_default();
+                panic!("TLS redis-server not listening after 10 s; its log:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Some((r, dir.join("ca.pem")))
+    }
+
     fn launch(&mut self) {
         let mut cmd = Command::new("redis-server");
         cmd.args([
