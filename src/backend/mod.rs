@@ -8,6 +8,7 @@
 
 pub mod file;
 pub mod redis;
+pub mod redlock;
 
 use std::time::{Duration, Instant};
 
@@ -203,6 +204,9 @@ pub trait Lease: Send {
 pub fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
     match target.kind {
         BackendKind::File => Ok(Box::new(file::FileBackend::open(&target.urls)?)),
+        BackendKind::Redis if target.urls.len() > 1 => {
+            Ok(Box::new(redlock::Redlock::open(&target.urls)?))
+        }
         BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(&target.urls)?)),
         other => Err(Usage(format!(
             "the {} backend is not built yet; use --backend file",

@@ -25,8 +25,8 @@ use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, redact};
 use crate::exit::{Busy, Interrupted, Unavailable, Usage};
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest single BLPOP: a waiter re-checks at least this often.
 const MAX_BLOCK: Duration = Duration::from_secs(5);
 /// How long a pushed wake-up waits for a waiter before it expires.
@@ -36,7 +36,7 @@ const SIGNAL_TTL_MS: u64 = 1000;
 /// server still hands out larger tokens) and INCR the fence, store the owner, leave the waiters;
 /// "already mine" is success too (a retry after a lost reply). On failure register as a waiter
 /// (when waiting) and return the holder's PTTL.
-const ACQUIRE: &str = r#"
+pub(super) const ACQUIRE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -65,7 +65,7 @@ return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
 /// Extends the lock and its metadata if the token is still ours: 1, else 0.
-const RENEW: &str = r#"
+pub(super) const RENEW: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
@@ -89,7 +89,7 @@ return 0
 "#;
 
 /// Everything `status` shows, read atomically with the server's clock.
-const STATUS: &str = r#"
+pub(super) const STATUS: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 return {redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]),
@@ -99,14 +99,14 @@ return {redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]),
 
 /// One Redis server.
 #[derive(Clone)]
-struct Node {
-    client: Client,
+pub(super) struct Node {
+    pub(super) client: Client,
     /// host:port or socket path, without credentials.
-    addr: String,
+    pub(super) addr: String,
 }
 
 impl Node {
-    fn parse(url: &str) -> Result<Node, Usage> {
+    pub(super) fn parse(url: &str) -> Result<Node, Usage> {
         if url.starts_with("rediss:") {
             // redis-rs leaves the rustls crypto provider to the application (it panics without
             // one); an error here only means one is installed already.
@@ -119,10 +119,19 @@ impl Node {
     }
 
     /// A new connection whose commands time out after `timeout`.
-    fn connect(&self, timeout: Duration) -> anyhow::Result<Connection> {
+    pub(super) fn connect(&self, timeout: Duration) -> anyhow::Result<Connection> {
+        self.connect_within(CONNECT_TIMEOUT, timeout)
+    }
+
+    /// A new connection made within `connect`, whose commands time out after `timeout`.
+    pub(super) fn connect_within(
+        &self,
+        connect: Duration,
+        timeout: Duration,
+    ) -> anyhow::Result<Connection> {
         let con = self
             .client
-            .get_connection_with_timeout(CONNECT_TIMEOUT)
+            .get_connection_with_timeout(connect)
             .map_err(|e| Unavailable(format!("cannot connect to {}: {e}", self.addr)))?;
         con.set_read_timeout(Some(timeout))?;
         con.set_write_timeout(Some(COMMAND_TIMEOUT))?;
@@ -131,18 +140,18 @@ impl Node {
 }
 
 /// The names of one lock's keys.
-struct Keys {
-    lock: String,
-    fence: String,
-    owner: String,
-    signal: String,
-    waiters: String,
+pub(super) struct Keys {
+    pub(super) lock: String,
+    pub(super) fence: String,
+    pub(super) owner: String,
+    pub(super) signal: String,
+    pub(super) waiters: String,
 }
 
 impl Keys {
     /// All keys start with `dlock:{KEY`, so they share a hash tag whatever KEY contains, and the
     /// suffixes end in distinct characters, so no key of one lock is a key of another.
-    fn new(key: &Key) -> Keys {
+    pub(super) fn new(key: &Key) -> Keys {
         let lock = format!("dlock:{{{key}}}");
         Keys {
             fence: format!("{lock}:fence"),
@@ -155,7 +164,7 @@ impl Keys {
 }
 
 /// A fresh random 128-bit token, as hex.
-fn token() -> anyhow::Result<String> {
+pub(super) fn token() -> anyhow::Result<String> {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("no randomness for a lock token: {e}"))?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
@@ -172,17 +181,8 @@ impl RedisBackend {
         let node = match urls {
             [] => Node::parse("redis://127.0.0.1:6379")?,
             [url] => Node::parse(url)?,
-            _ if urls.len() % 2 == 0 => {
-                return Err(Usage(format!(
-                    "Redlock needs an odd number of --url (3, 5, ...), got {}",
-                    urls.len()
-                ))
-                .into());
-            }
             _ => {
-                return Err(
-                    Usage("Redlock (--url given 3, 5, ... times) is not built yet".into()).into(),
-                );
+                return Err(Usage("several --url are Redlock, see backend::redlock".into()).into());
             }
         };
         Ok(RedisBackend { node })
@@ -205,7 +205,7 @@ impl RedisBackend {
     }
 }
 
-fn release_script(keys: &Keys, token: &str) -> redis::ScriptInvocation<'static> {
+pub(super) fn release_script(keys: &Keys, token: &str) -> redis::ScriptInvocation<'static> {
     static SCRIPT: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
     let mut inv = SCRIPT.get_or_init(|| Script::new(RELEASE)).prepare_invoke();
     inv.key(&keys.lock)
@@ -216,7 +216,7 @@ fn release_script(keys: &Keys, token: &str) -> redis::ScriptInvocation<'static> 
     inv
 }
 
-fn script(cell: &'static std::sync::OnceLock<Script>, src: &str) -> &'static Script {
+pub(super) fn script(cell: &'static std::sync::OnceLock<Script>, src: &str) -> &'static Script {
     cell.get_or_init(|| Script::new(src))
 }
 

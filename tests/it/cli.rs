@@ -301,3 +301,17 @@ fn command_starts_with_no_blocked_signals_and_inherited_ignores() {
     let (out, _) = p.wait(std::time::Duration::from_secs(5));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
 }
+
+#[test]
+fn redlock_needs_an_odd_number_of_urls() {
+    for n in [2, 4] {
+        let mut c = dlock();
+        c.args(["run", "-b", "redis"]);
+        for i in 0..n {
+            c.args(["--url", &format!("redis://127.0.0.1:{}", 1 + i)]);
+        }
+        c.args(["-k", "x", "--", "true"]);
+        let out = run_code(&mut c, 2);
+        assert!(one_error_line(&out).contains("odd number"));
+    }
+}

@@ -5,5 +5,6 @@ mod conformance;
 mod file;
 mod generated;
 mod redis;
+mod redlock;
 mod servers;
 mod util;

@@ -290,3 +290,16 @@ pub fn shared_redis() -> Option<String> {
         .as_ref()
         .map(Redis::url)
 }
+
+/// Three shared Redis masters for Redlock (`DLOCK_TEST_REDLOCK_URLS`, space-separated, or started
+/// once).
+pub fn shared_redlock() -> Option<Vec<String>> {
+    if let Ok(urls) = std::env::var("DLOCK_TEST_REDLOCK_URLS") {
+        return Some(urls.split_whitespace().map(String::from).collect());
+    }
+    static SHARED: OnceLock<Option<Vec<Redis>>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| (0..3).map(|_| Redis::start(&[])).collect())
+        .as_ref()
+        .map(|servers| servers.iter().map(Redis::url).collect())
+}

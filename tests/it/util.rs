@@ -45,6 +45,8 @@ pub struct TestBackend {
     pub ttl: Duration,
     /// How long a holder may take to notice a `break` (its check or renewal interval).
     pub notice: Duration,
+    /// Whether the backend hands out fencing tokens (Redlock does not).
+    pub fencing: bool,
 }
 
 impl TestBackend {
@@ -63,6 +65,7 @@ impl TestBackend {
             env: Vec::new(),
             ttl: Duration::from_secs(2),
             notice: Duration::from_millis(500),
+            fencing: true,
         }
     }
 
@@ -80,6 +83,21 @@ impl TestBackend {
             env: Vec::new(),
             ttl,
             notice: ttl / 3 + Duration::from_millis(300),
+            fencing: true,
+        }
+    }
+
+    /// Redlock over several Redis masters.
+    pub fn redlock(urls: &[String]) -> TestBackend {
+        let mut args = vec!["--backend".to_string(), "redis".into()];
+        for u in urls {
+            args.push("--url".into());
+            args.push(u.clone());
+        }
+        TestBackend {
+            args,
+            fencing: false,
+            ..TestBackend::redis(&urls[0])
         }
     }
 

@@ -1,0 +1,409 @@
+//! Redlock: the redis backend over N independent masters (`--url` given 3, 5, ... times).
+//!
+//! Each master gets the single-instance scripts (same keys, same token). A lock is held when a
+//! quorum (N/2+1) of masters granted it and, after the time the requests took and the drift
+//! margin, at least 90% of the TTL is still valid; otherwise it is released everywhere and tried
+//! again after a random 50-250 ms (Redlock has no server-side wake-up across masters). Requests
+//! go to all masters in parallel with a short per-node timeout, so a dead master costs little.
+//! Renewal needs a quorum. There is no fencing token: independent masters cannot hand out a number
+//! that grows across all of them, so `DLOCK_FENCING_TOKEN` is unset and `status` says why.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use redis::{Connection, Script};
+
+use super::redis::{
+    ACQUIRE, COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, release_script, script, token,
+};
+use super::{Backend, Holder, Lease, RenewError, Request, Status};
+use crate::clock::{BootInstant, drift_margin};
+use crate::config::{BackendKind, Key};
+use crate::exit::{Busy, Interrupted, Unavailable, Usage};
+
+/// Why there is no fencing token, for `status`.
+const NO_FENCING: &str = "Redlock hands out no fencing token: independent masters cannot agree \
+on a number that only grows, so DLOCK_FENCING_TOKEN is unset";
+
+/// Locks on a quorum of independent Redis masters.
+pub struct Redlock {
+    nodes: Vec<Node>,
+}
+
+/// One master's connection, reconnected after an error.
+struct Slot {
+    node: Node,
+    con: Option<Connection>,
+}
+
+impl Slot {
+    /// Runs `f` on this master's connection, with `timeout` for the reply.
+    fn with<T>(
+        &mut self,
+        timeout: Duration,
+        f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+    ) -> anyhow::Result<T> {
+        if self.con.is_none() {
+            // A short connect timeout too: a black-holed master must not stall the others.
+            let connect = (timeout * 4).max(Duration::from_millis(200));
+            self.con = Some(self.node.connect_within(connect, timeout)?);
+        }
+        let con = self.con.as_mut().expect("set above");
+        con.set_read_timeout(Some(timeout))?;
+        f(con).map_err(|e| {
+            self.con = None;
+            anyhow::anyhow!("{}: {e}", self.node.addr)
+        })
+    }
+}
+
+/// Runs `f` on every slot at once, one thread per master; results in slot order.
+fn parallel<T: Send>(
+    slots: &mut [Slot],
+    f: impl Fn(&mut Slot) -> anyhow::Result<T> + Sync,
+) -> Vec<anyhow::Result<T>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = slots.iter_mut().map(|slot| s.spawn(|| f(slot))).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("request thread panicked")))
+            })
+            .collect()
+    })
+}
+
+impl Redlock {
+    /// Three, five, ... URLs.
+    pub fn open(urls: &[String]) -> anyhow::Result<Redlock> {
+        if urls.len() < 3 || urls.len() % 2 == 0 {
+            return Err(Usage(format!(
+                "Redlock needs an odd number of --url, at least 3 (got {})",
+                urls.len()
+            ))
+            .into());
+        }
+        let nodes = urls
+            .iter()
+            .map(|u| Node::parse(u))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Redlock { nodes })
+    }
+
+    fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    fn slots(&self) -> Vec<Slot> {
+        self.nodes
+            .iter()
+            .map(|n| Slot {
+                node: n.clone(),
+                con: None,
+            })
+            .collect()
+    }
+
+    fn release_all(slots: &mut [Slot], keys: &Keys, token: &str, timeout: Duration) {
+        parallel(slots, |slot| {
+            let inv = release_script(keys, token);
+            slot.with(timeout, |c| inv.invoke::<i64>(c))
+        });
+    }
+}
+
+/// The per-node timeout: short, so that a dead master does not eat the lease (DESIGN.md).
+fn node_timeout(ttl: Duration) -> Duration {
+    (ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(50))
+}
+
+/// Sleeps `d` unless the interrupt fires first.
+fn pause(d: Duration, interrupt: &crate::signals::Interrupt) -> std::io::Result<()> {
+    let pair = Arc::new((Mutex::new(false), Condvar::new()));
+    let waker = pair.clone();
+    let _guard = interrupt.on_fire(move || {
+        *waker.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        waker.1.notify_all();
+    })?;
+    let fired = pair.0.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = pair.1.wait_timeout_while(fired, d, |f| !*f);
+    Ok(())
+}
+
+fn jitter_ms(lo: u64, hi: u64) -> u64 {
+    let mut b = [0u8; 8];
+    let _ = getrandom::fill(&mut b);
+    lo + u64::from_le_bytes(b) % (hi - lo + 1)
+}
+
+impl Backend for Redlock {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Redis
+    }
+
+    fn location(&self) -> String {
+        let addrs: Vec<&str> = self.nodes.iter().map(|n| n.addr.as_str()).collect();
+        format!("Redlock over {}", addrs.join(", "))
+    }
+
+    fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
+        static ACQ: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+        let keys = Keys::new(req.key);
+        let token = token()?;
+        let meta = serde_json::to_string(req.holder)?;
+        let ttl_ms = req.ttl.as_millis() as u64;
+        let timeout = node_timeout(req.ttl);
+        let mut slots = self.slots();
+        let mut told_holder = false;
+        loop {
+            if let Some(sig) = req.interrupt.fired() {
+                Self::release_all(&mut slots, &keys, &token, timeout);
+                Self::forget_waiter(&mut slots, &keys, &token, timeout);
+                return Err(Interrupted(sig).into());
+            }
+            let waiting_ms = req
+                .deadline
+                .remaining()
+                .map_or(5000, |d| d.as_millis().min(5000) as u64);
+            let start = BootInstant::now();
+            let replies = parallel(&mut slots, |slot| {
+                slot.with(timeout, |c| {
+                    script(&ACQ, ACQUIRE)
+                        .key(&keys.lock)
+                        .key(&keys.fence)
+                        .key(&keys.owner)
+                        .key(&keys.waiters)
+                        .arg(&token)
+                        .arg(ttl_ms)
+                        .arg(&meta)
+                        .arg(waiting_ms)
+                        .invoke::<(i64, i64)>(c)
+                })
+            });
+            let granted = replies.iter().filter(|r| matches!(r, Ok((1, _)))).count();
+            let answered = replies.iter().filter(|r| r.is_ok()).count();
+            let elapsed = BootInstant::now().saturating_duration_since(start);
+            let validity = req
+                .ttl
+                .saturating_sub(elapsed)
+                .saturating_sub(drift_margin(req.ttl));
+            if granted >= self.quorum() && validity >= req.ttl * 9 / 10 {
+                return Ok(Box::new(RedlockLease {
+                    slots,
+                    keys,
+                    token,
+                    ttl: req.ttl,
+                    quorum: self.quorum(),
+                    acquired_at: start,
+                }));
+            }
+            // Not held (or held too late to be useful): give back what was granted.
+            Self::release_all(&mut slots, &keys, &token, timeout);
+            if answered < self.quorum() {
+                let first = replies
+                    .into_iter()
+                    .find_map(Result::err)
+                    .map(|e| format!("{e:#}"));
+                return Err(Unavailable(format!(
+                    "only {answered} of {} Redis masters answered, {} needed ({})",
+                    self.nodes.len(),
+                    self.quorum(),
+                    first.unwrap_or_default()
+                ))
+                .into());
+            }
+            let holder = self.holder(&mut slots, &keys, timeout);
+            let remaining = req.deadline.remaining();
+            if remaining.is_some_and(|d| d.is_zero()) {
+                parallel(&mut slots, |slot| {
+                    slot.with(timeout, |c| {
+                        redis::cmd("ZREM")
+                            .arg(&keys.waiters)
+                            .arg(&token)
+                            .query::<i64>(c)
+                    })
+                });
+                let waited = req.deadline != super::Deadline::Now;
+                return Err(Busy {
+                    holder: holder.map(|h| h.short()),
+                    waited,
+                }
+                .into());
+            }
+            if !told_holder {
+                if let Some(h) = &holder {
+                    (req.on_holder)(h);
+                }
+                told_holder = true;
+            }
+            let nap = Duration::from_millis(jitter_ms(50, 250));
+            pause(remaining.map_or(nap, |r| r.min(nap)), req.interrupt)?;
+        }
+    }
+
+    fn status(&self, key: &Key) -> anyhow::Result<Status> {
+        static ST: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+        let keys = Keys::new(key);
+        let mut slots = self.slots();
+        let replies = parallel(&mut slots, |slot| {
+            slot.with(COMMAND_TIMEOUT, |c| {
+                script(&ST, STATUS)
+                    .key(&keys.lock)
+                    .key(&keys.owner)
+                    .key(&keys.waiters)
+                    .invoke::<(String, i64, String, String, String, u64)>(c)
+            })
+        });
+        let ok: Vec<_> = replies.iter().filter_map(|r| r.as_ref().ok()).collect();
+        if ok.len() < self.quorum() {
+            return Err(Unavailable(format!(
+                "only {} of {} Redis masters answered",
+                ok.len(),
+                self.nodes.len()
+            ))
+            .into());
+        }
+        let mut status = Status {
+            key: key.to_string(),
+            backend: "redis",
+            location: self.location(),
+            held: false,
+            holders: Vec::new(),
+            waiters: ok.iter().map(|r| r.5).max(),
+            notes: vec![NO_FENCING.into()],
+        };
+        if ok.len() < self.nodes.len() {
+            status.notes.push(format!(
+                "{} of {} masters answered",
+                ok.len(),
+                self.nodes.len()
+            ));
+        }
+        // Held when a quorum of masters carries the same token.
+        for r in &ok {
+            let same: Vec<_> = ok
+                .iter()
+                .filter(|o| !o.0.is_empty() && o.0 == r.0)
+                .collect();
+            if same.len() >= self.quorum() {
+                status.held = true;
+                let mut h: Holder = serde_json::from_str(&r.2).unwrap_or_default();
+                h.lease_left_ms = same
+                    .iter()
+                    .map(|o| o.1)
+                    .min()
+                    .and_then(|p| u64::try_from(p).ok());
+                status.holders.push(h);
+                break;
+            }
+        }
+        Ok(status)
+    }
+
+    fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
+        let status = self.status(key)?;
+        let keys = Keys::new(key);
+        Self::release_all(&mut self.slots(), &keys, "", COMMAND_TIMEOUT);
+        Ok(status)
+    }
+}
+
+impl Redlock {
+    /// Removes this waiter from every master's waiters set (for `status`).
+    fn forget_waiter(slots: &mut [Slot], keys: &Keys, token: &str, timeout: Duration) {
+        parallel(slots, |slot| {
+            slot.with(timeout, |c| {
+                redis::cmd("ZREM")
+                    .arg(&keys.waiters)
+                    .arg(token)
+                    .query::<i64>(c)
+            })
+        });
+    }
+
+    /// What the masters know of the holder (the first that answers).
+    fn holder(&self, slots: &mut [Slot], keys: &Keys, timeout: Duration) -> Option<Holder> {
+        parallel(slots, |slot| {
+            slot.with(timeout, |c| {
+                redis::cmd("HGET")
+                    .arg(&keys.owner)
+                    .arg("meta")
+                    .query::<Option<String>>(c)
+            })
+        })
+        .into_iter()
+        .find_map(|r| serde_json::from_str(&r.ok()??).ok())
+    }
+}
+
+/// A lock held on a quorum of masters.
+struct RedlockLease {
+    slots: Vec<Slot>,
+    keys: Keys,
+    token: String,
+    ttl: Duration,
+    quorum: usize,
+    acquired_at: BootInstant,
+}
+
+impl Lease for RedlockLease {
+    fn fencing_token(&self) -> Option<u64> {
+        None
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.ttl)
+    }
+
+    fn acquired_at(&self) -> BootInstant {
+        self.acquired_at
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.ttl / 3
+    }
+
+    fn renew(&mut self) -> Result<(), RenewError> {
+        static RN: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+        let (keys, token, ttl_ms) = (&self.keys, &self.token, self.ttl.as_millis() as u64);
+        let timeout = (self.ttl / 6).min(COMMAND_TIMEOUT);
+        let replies = parallel(&mut self.slots, |slot| {
+            slot.with(timeout, |c| {
+                script(&RN, RENEW)
+                    .key(&keys.lock)
+                    .key(&keys.owner)
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .invoke::<i64>(c)
+            })
+        });
+        let held = replies.iter().filter(|r| matches!(r, Ok(1))).count();
+        let gone = replies.iter().filter(|r| matches!(r, Ok(0))).count();
+        let n = replies.len();
+        if held >= self.quorum {
+            return Ok(());
+        }
+        if gone > n - self.quorum {
+            return Err(RenewError::Lost(format!(
+                "only {held} of {n} Redis masters still hold the lock ({} needed)",
+                self.quorum
+            )));
+        }
+        let first = replies
+            .into_iter()
+            .find_map(Result::err)
+            .map(|e| format!("{e:#}"));
+        Err(RenewError::Failed(anyhow::anyhow!(
+            "{held} of {n} masters renewed ({} needed): {}",
+            self.quorum,
+            first.unwrap_or_default()
+        )))
+    }
+
+    fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+        let timeout = node_timeout(self.ttl).max(Duration::from_millis(200));
+        Redlock::release_all(&mut self.slots, &self.keys, &self.token, timeout);
+        Ok(())
+    }
+}

@@ -1,0 +1,99 @@
+//! Redlock (`--url` given 3, 5, ... times) against real, independent redis-server processes.
+
+use std::time::Duration;
+
+use crate::servers::{Redis, shared_redlock};
+use crate::util::*;
+
+crate::conformance!(match shared_redlock() {
+    Some(urls) => TestBackend::redlock(&urls),
+    None => return,
+});
+
+fn masters(n: usize) -> Option<Vec<Redis>> {
+    (0..n).map(|_| Redis::start(&[])).collect()
+}
+
+/// With 3 masters one may be down; with two down there is no quorum: exit 69, one line.
+#[test]
+fn three_masters_survive_one_down_not_two() {
+    let Some(mut servers) = masters(3) else {
+        return;
+    };
+    let urls: Vec<String> = servers.iter().map(Redis::url).collect();
+    let b = TestBackend::redlock(&urls);
+    let key = unique_key("redlock-3");
+    drop(servers.pop());
+    run_ok(&mut b.run(&key, &[], &["true"]));
+    // Mutual exclusion still holds with one master down.
+    let dir = scratch("redlock-3");
+    let m = dir.join("held");
+    let mut h = Proc::spawn(&mut b.run(
+        &key,
+        &[],
+        &sh(&format!("echo > {}; read _x || true", m.display())),
+    ));
+    wait_for_file(&m, Duration::from_secs(5));
+    run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
+    h.close_stdin();
+    h.wait(Duration::from_secs(5));
+    drop(servers.pop());
+    let out = run_code(&mut b.run(&key, &[], &["true"]), 69);
+    assert!(
+        one_error_line(&out).contains("only 1 of 3 Redis masters answered"),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// With 5 masters two may be down; three down is no quorum.
+#[test]
+fn five_masters_survive_two_down_not_three() {
+    let Some(mut servers) = masters(5) else {
+        return;
+    };
+    let urls: Vec<String> = servers.iter().map(Redis::url).collect();
+    let b = TestBackend::redlock(&urls);
+    let key = unique_key("redlock-5");
+    drop(servers.pop());
+    drop(servers.pop());
+    run_ok(&mut b.run(&key, &[], &["true"]));
+    drop(servers.pop());
+    run_code(&mut b.run(&key, &[], &["true"]), 69);
+}
+
+/// status explains why there is no fencing token.
+#[test]
+fn status_says_why_there_is_no_fencing_token() {
+    let Some(urls) = shared_redlock() else { return };
+    let b = TestBackend::redlock(&urls);
+    let s = b.status(&unique_key("redlock-status"));
+    assert!(
+        s["notes"][0].as_str().unwrap().contains("no fencing token"),
+        "{s}"
+    );
+}
+
+/// A Redlock holder that loses its majority (masters restarted without persistence) stops.
+#[test]
+fn holder_that_loses_its_majority_is_stopped() {
+    let Some(mut servers) = masters(3) else {
+        return;
+    };
+    let urls: Vec<String> = servers.iter().map(Redis::url).collect();
+    let b = TestBackend::redlock(&urls);
+    let key = unique_key("redlock-lost");
+    let dir = scratch("redlock-lost");
+    let m = dir.join("pid");
+    let p = Proc::spawn(&mut b.run(
+        &key,
+        &[],
+        &sh(&format!("echo $$ > {}; exec sleep 30", m.display())),
+    ));
+    let child: i32 = wait_for_file(&m, Duration::from_secs(5)).parse().unwrap();
+    servers[0].restart();
+    servers[1].restart();
+    let (out, _) = p.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(!alive(child));
+}
