@@ -202,6 +202,28 @@ fn password_from_the_environment_and_never_printed() {
         output(&mut c)
     };
     assert_eq!(with("right-pw").status.code(), Some(0));
+    // An ACL user (user:pass@) works too.
+    let acl = server.cli(&[
+        "-a",
+        "right-pw",
+        "--no-auth-warning",
+        "ACL",
+        "SETUSER",
+        "alice",
+        "on",
+        ">alice-pw",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    assert_eq!(acl, "OK");
+    let mut c = dlock();
+    c.env(
+        "DLOCK_URL",
+        format!("redis://alice:alice-pw@127.0.0.1:{}", server.port),
+    );
+    c.args(["run", "-k", &key, "--", "true"]);
+    run_ok(&mut c);
     let out = with("wrong-pw");
     assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
     let line = one_error_line(&out);
