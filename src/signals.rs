@@ -246,6 +246,46 @@ impl Interrupt {
     }
 }
 
+/// For wakers that poke a blocking call from outside (a signal, `CLIENT UNBLOCK`, `KILL QUERY`):
+/// a poke that lands just before the call starts is lost, so [`Interrupt::on_fire`] gets a waker
+/// that repeats `poke` every 10 ms (for at most 5 s) until the waiter calls [`Blocked::done`].
+#[derive(Clone)]
+pub struct Blocked(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Blocked {
+    /// A waiter about to block.
+    pub fn new() -> Blocked {
+        Blocked(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+            true,
+        )))
+    }
+
+    /// The waiter is out of its blocking call: stop poking. Call before dropping the guard.
+    pub fn done(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+
+    /// A waker that pokes until [`Blocked::done`].
+    pub fn waker(&self, poke: impl Fn() + Send + 'static) -> impl Fn() + Send + 'static {
+        let blocked = self.clone();
+        move || {
+            for _ in 0..500 {
+                if !blocked.0.load(Ordering::SeqCst) {
+                    return;
+                }
+                poke();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+impl Default for Blocked {
+    fn default() -> Self {
+        Blocked::new()
+    }
+}
+
 /// Unregisters a waker on drop; the last one stops the watcher thread.
 pub struct WakerGuard<'a> {
     interrupt: &'a Interrupt,

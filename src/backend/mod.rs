@@ -7,6 +7,7 @@
 //! by the keeper thread, which renews it and reports its loss.
 
 pub mod file;
+pub mod mysql;
 pub mod redis;
 pub mod redlock;
 
@@ -208,6 +209,7 @@ pub fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
             Ok(Box::new(redlock::Redlock::open(&target.urls)?))
         }
         BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(&target.urls)?)),
+        BackendKind::Mysql => Ok(Box::new(mysql::MysqlBackend::open(&target.urls)?)),
         other => Err(Usage(format!(
             "the {} backend is not built yet; use --backend file",
             other.name()

@@ -314,15 +314,26 @@ impl Backend for RedisBackend {
             let w = waiter.as_mut().expect("set above");
             let node = self.node.clone();
             let id = w.id;
-            let _guard = req.interrupt.on_fire(move || {
+            let blocked = crate::signals::Blocked::new();
+            let unblocker = std::sync::Mutex::new(None::<Connection>);
+            let _guard = req.interrupt.on_fire(blocked.waker(move || {
                 // Runs on the signal watcher thread while this thread is blocked in BLPOP.
-                if let Ok(mut c) = node.connect(Duration::from_secs(1)) {
-                    let _: redis::RedisResult<i64> =
-                        redis::cmd("CLIENT").arg("UNBLOCK").arg(id).query(&mut c);
+                let mut c = unblocker.lock().unwrap_or_else(|e| e.into_inner());
+                if c.is_none() {
+                    *c = node.connect(Duration::from_secs(1)).ok();
                 }
-            })?;
-            w.block(&keys.signal, block)
-                .with_context(|| format!("waiting on {}", self.node.addr))?;
+                if let Some(c) = c.as_mut() {
+                    let _: redis::RedisResult<i64> =
+                        redis::cmd("CLIENT").arg("UNBLOCK").arg(id).query(c);
+                }
+            }))?;
+            if req.interrupt.fired().is_some() {
+                blocked.done();
+                continue; // the top of the loop cleans up
+            }
+            let result = w.block(&keys.signal, block);
+            blocked.done();
+            result.with_context(|| format!("waiting on {}", self.node.addr))?;
         }
     }
 

@@ -199,7 +199,7 @@ fn help_and_version_exit_0() {
 #[test]
 fn backend_comes_from_flag_env_or_url_scheme() {
     // Each way of choosing gives an error naming the chosen backend: redis's default address has
-    // no server here (port 1 is never served), zookeeper and mysql are not built yet.
+    // no server here (port 1 is never served), mysql none on 3306, zookeeper is not built yet.
     for (env, args, expect) in [
         (
             None,
@@ -214,7 +214,7 @@ fn backend_comes_from_flag_env_or_url_scheme() {
         (
             Some(("DLOCK_URL", "mysql://127.0.0.1/db")),
             vec![],
-            "mysql backend is not built yet",
+            "mysql: cannot acquire",
         ),
         (
             Some(("DLOCK_URL", "redis://127.0.0.1:1")),

@@ -4,6 +4,7 @@ mod cli;
 mod conformance;
 mod file;
 mod generated;
+mod mysql;
 mod redis;
 mod redlock;
 mod servers;

@@ -303,3 +303,160 @@ pub fn shared_redlock() -> Option<Vec<String>> {
         .as_ref()
         .map(|servers| servers.iter().map(Redis::url).collect())
 }
+
+/// A running mariadbd, with a `dlock`/`dlock` user (all privileges) and a `dlock` database.
+pub struct Mariadb {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Mariadb {
+    /// A data directory initialised once per test binary (mariadb-install-db takes seconds);
+    /// every server starts on a copy of it.
+    fn template() -> PathBuf {
+        static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+        TEMPLATE
+            .get_or_init(|| {
+                let dir = scratch("mariadb-template");
+                let out = Command::new("mariadb-install-db")
+                    .args([
+                        "--no-defaults",
+                        "--auth-root-authentication-method=normal",
+                        "--skip-test-db",
+                    ])
+                    .args(["--skip-name-resolve", "--user=root"])
+                    .arg(format!("--datadir={}", dir.join("data").display()))
+                    .output()
+                    .expect("run mariadb-install-db");
+                assert!(
+                    out.status.success(),
+                    "mariadb-install-db: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                dir.join("data")
+            })
+            .clone()
+    }
+
+    /// Starts a new server, or `None` if mariadbd is missing (and not required).
+    pub fn start() -> Option<Mariadb> {
+        if !available("mariadbd") {
+            return None;
+        }
+        let dir = scratch("mariadb");
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(Self::template())
+            .arg(dir.join("data"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let mut m = Mariadb {
+            port: free_port(),
+            dir,
+            child: None,
+        };
+        m.launch();
+        let sql = "CREATE USER IF NOT EXISTS 'dlock'@'%' IDENTIFIED BY 'dlock'; \
+                   GRANT ALL ON *.* TO 'dlock'@'%'; CREATE DATABASE IF NOT EXISTS dlock;";
+        let out = m.client().arg("-e").arg(sql).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(m)
+    }
+
+    fn launch(&mut self) {
+        let d = &self.dir;
+        let mut cmd = Command::new("mariadbd");
+        cmd.args([
+            "--no-defaults",
+            "--user=root",
+            "--bind-address=127.0.0.1",
+            "--skip-name-resolve",
+        ]);
+        cmd.args([
+            "--skip-log-bin",
+            "--innodb-buffer-pool-size=32M",
+            "--performance-schema=OFF",
+        ]);
+        cmd.arg(format!("--port={}", self.port));
+        cmd.arg(format!("--datadir={}", d.join("data").display()));
+        cmd.arg(format!("--socket={}", d.join("mysqld.sock").display()));
+        cmd.arg(format!("--pid-file={}", d.join("mysqld.pid").display()));
+        cmd.arg(format!("--log-error={}", d.join("error.log").display()));
+        self.child = Some(spawn_server(cmd).expect("spawn mariadbd"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ping = Command::new("mariadb-admin")
+                .args(["--no-defaults", "-uroot"])
+                .arg(format!("--socket={}", d.join("mysqld.sock").display()))
+                .arg("ping")
+                .output();
+            if ping.is_ok_and(|o| o.status.success()) {
+                return;
+            }
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(d.join("error.log")).unwrap_or_default();
+                panic!(
+                    "mariadbd on port {} not ready after 30 s; its log:\n{log}",
+                    self.port
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The `mariadb` client as root over the socket.
+    pub fn client(&self) -> Command {
+        let mut c = Command::new("mariadb");
+        c.args(["--no-defaults", "-uroot", "-N", "-B"]);
+        c.arg(format!(
+            "--socket={}",
+            self.dir.join("mysqld.sock").display()
+        ));
+        c
+    }
+
+    /// Runs SQL as root and returns the output.
+    pub fn sql(&self, sql: &str) -> String {
+        let out = self.client().arg("-e").arg(sql).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// `mysql://dlock:dlock@127.0.0.1:PORT/dlock`
+    pub fn url(&self) -> String {
+        format!("mysql://dlock:dlock@127.0.0.1:{}/dlock", self.port)
+    }
+
+    /// SIGSTOP / SIGCONT.
+    pub fn pause(&self, on: bool) {
+        let pid = self.child.as_ref().unwrap().id() as i32;
+        // SAFETY: plain kill of our own child.
+        unsafe { libc::kill(pid, if on { libc::SIGSTOP } else { libc::SIGCONT }) };
+    }
+}
+
+impl Drop for Mariadb {
+    fn drop(&mut self) {
+        self.pause(false);
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The shared MariaDB of this test binary (`DLOCK_TEST_MYSQL_URL`, or a server started once).
+pub fn shared_mariadb() -> Option<&'static Mariadb> {
+    static SHARED: OnceLock<Option<Mariadb>> = OnceLock::new();
+    SHARED.get_or_init(Mariadb::start).as_ref()
+}

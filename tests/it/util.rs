@@ -87,6 +87,24 @@ impl TestBackend {
         }
     }
 
+    /// MySQL/MariaDB at `url`.
+    pub fn mysql(url: &str) -> TestBackend {
+        let ttl = Duration::from_secs(2);
+        TestBackend {
+            name: "mysql",
+            args: vec![
+                "--backend".into(),
+                "mysql".into(),
+                "--url".into(),
+                url.into(),
+            ],
+            env: Vec::new(),
+            ttl,
+            notice: ttl / 3 + Duration::from_millis(300),
+            fencing: true,
+        }
+    }
+
     /// Redlock over several Redis masters.
     pub fn redlock(urls: &[String]) -> TestBackend {
         let mut args = vec!["--backend".to_string(), "redis".into()];

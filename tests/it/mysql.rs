@@ -1,0 +1,141 @@
+//! The mysql backend against a real MariaDB started by the harness.
+
+use std::time::{Duration, Instant};
+
+use crate::servers::{Mariadb, shared_mariadb};
+use crate::util::*;
+
+crate::conformance!(match shared_mariadb() {
+    Some(m) => TestBackend::mysql(&m.url()),
+    None => return,
+});
+
+/// A holder whose command writes its pid to a marker and sleeps; returns (dlock, command pid).
+fn hold(b: &TestBackend, key: &str) -> (Proc, i32) {
+    let dir = scratch("mysql-hold");
+    let m = dir.join("pid");
+    let p = Proc::spawn(&mut b.run(
+        key,
+        &[],
+        &sh(&format!("echo $$ > {}; exec sleep 30", m.display())),
+    ));
+    let pid = wait_for_file(&m, Duration::from_secs(10)).parse().unwrap();
+    (p, pid)
+}
+
+/// The holder's connection is KILLed on the server: noticed at the next ping (ttl/3), exit 79.
+#[test]
+fn killed_holder_connection_is_noticed_within_a_third_of_the_ttl() {
+    let Some(m) = shared_mariadb() else { return };
+    let b = TestBackend::mysql(&m.url());
+    let key = unique_key("killed");
+    let (p, child) = hold(&b, &key);
+    let name = dlock_cli::backend::mysql::lock_name(&dlock_cli::config::Key::new(&key).unwrap());
+    let id = m.sql(&format!("SELECT IS_USED_LOCK('{name}')"));
+    m.sql(&format!("KILL {id}"));
+    let killed = Instant::now();
+    let (out, _) = p.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(
+        killed.elapsed() < b.ttl / 3 + Duration::from_millis(400),
+        "noticed after {:?}",
+        killed.elapsed()
+    );
+    assert!(!alive(child));
+}
+
+/// kill -9 of the holder's dlock: the server sees the connection close and frees the lock at once.
+#[test]
+fn holder_killed_frees_the_lock_at_once() {
+    let Some(m) = shared_mariadb() else { return };
+    let b = TestBackend::mysql(&m.url());
+    let key = unique_key("kill9-now");
+    let (p, _) = hold(&b, &key);
+    p.signal(libc::SIGKILL);
+    p.wait(Duration::from_secs(5));
+    let took = wait_until(Duration::from_secs(2), "the lock to be free", || {
+        b.is_free(&key)
+    });
+    assert!(took < Duration::from_millis(500), "freed after {took:?}");
+}
+
+/// Lock names are at most 64 characters and compared case-insensitively by the server: distinct
+/// keys must stay distinct locks anyway.
+#[test]
+fn long_and_case_different_keys_are_different_locks() {
+    let Some(m) = shared_mariadb() else { return };
+    let b = TestBackend::mysql(&m.url());
+    let base = unique_key("names");
+    let prefix = format!("{base}-{}", "p".repeat(64));
+    let pairs = [
+        (
+            format!("{prefix}-{}", "a".repeat(130 - base.len())),
+            format!("{prefix}-{}", "b".repeat(130 - base.len())),
+        ),
+        (format!("{base}-Job"), format!("{base}-job")),
+        ("JOB".to_string(), "job".to_string()),
+    ];
+    let dir = scratch("names");
+    for (i, (one, other)) in pairs.iter().enumerate() {
+        let mk = dir.join(format!("h{i}"));
+        let mut h = Proc::spawn(&mut b.run(
+            one,
+            &[],
+            &sh(&format!("echo > {}; read _x || true", mk.display())),
+        ));
+        wait_for_file(&mk, Duration::from_secs(10));
+        assert!(b.is_free(other), "holding {one:?} blocked {other:?}");
+        assert!(!b.is_free(one));
+        h.close_stdin();
+        h.wait(Duration::from_secs(10));
+    }
+}
+
+/// The server stops answering for longer than the TTL: the command is stopped before the lease
+/// could run out, and dlock exits 79.
+#[test]
+fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
+    let Some(server) = Mariadb::start() else {
+        return;
+    };
+    let b = TestBackend {
+        ttl: Duration::from_millis(1500),
+        ..TestBackend::mysql(&server.url())
+    };
+    let key = unique_key("paused");
+    let (p, child) = hold(&b, &key);
+    server.pause(true);
+    let died = wait_until(Duration::from_secs(10), "the command to be stopped", || {
+        !alive(child)
+    });
+    let (out, _) = p.wait(Duration::from_secs(10));
+    server.pause(false);
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(
+        died < Duration::from_millis(1050),
+        "the command outlived the lease: {died:?}"
+    );
+    assert!(
+        died > Duration::from_millis(400),
+        "terminated before the lease was in danger: {died:?}"
+    );
+}
+
+/// Without the privilege to create the metadata table, a clear error, not a crash.
+#[test]
+fn missing_table_privilege_is_a_clear_error() {
+    let Some(m) = shared_mariadb() else { return };
+    let db = format!("d{}", std::process::id());
+    m.sql(&format!(
+        "CREATE DATABASE {db}; CREATE USER IF NOT EXISTS 'weak'@'%' IDENTIFIED BY 'weak'; \
+         GRANT SELECT ON {db}.* TO 'weak'@'%';"
+    ));
+    let b = TestBackend::mysql(&format!("mysql://weak:weak@127.0.0.1:{}/{db}", m.port));
+    let out = run_code(&mut b.run(&unique_key("weak"), &[], &["true"]), 69);
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("cannot create table dlock_locks") && line.contains("README"),
+        "{line}"
+    );
+    assert!(!line.contains("weak:weak"));
+}
