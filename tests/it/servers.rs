@@ -319,6 +319,8 @@ impl Mariadb {
         TEMPLATE
             .get_or_init(|| {
                 let dir = scratch("mariadb-template");
+                // Its own tmpdir: concurrent installs in one /tmp collide on temporary tables.
+                std::fs::create_dir_all(dir.join("tmp")).unwrap();
                 let out = Command::new("mariadb-install-db")
                     .args([
                         "--no-defaults",
@@ -327,6 +329,7 @@ impl Mariadb {
                     ])
                     .args(["--skip-name-resolve", "--user=root"])
                     .arg(format!("--datadir={}", dir.join("data").display()))
+                    .arg(format!("--tmpdir={}", dir.join("tmp").display()))
                     .output()
                     .expect("run mariadb-install-db");
                 assert!(
@@ -388,6 +391,8 @@ impl Mariadb {
         cmd.arg(format!("--socket={}", d.join("mysqld.sock").display()));
         cmd.arg(format!("--pid-file={}", d.join("mysqld.pid").display()));
         cmd.arg(format!("--log-error={}", d.join("error.log").display()));
+        std::fs::create_dir_all(d.join("tmp")).unwrap();
+        cmd.arg(format!("--tmpdir={}", d.join("tmp").display()));
         self.child = Some(spawn_server(cmd).expect("spawn mariadbd"));
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
