@@ -62,6 +62,25 @@ pub fn lock_name(key: &Key) -> String {
     format!("dlock~{hex}")
 }
 
+/// Runs `sql` (possibly several statements) and returns the first column of the first row of
+/// its last result set.
+fn last_value<T: mysql::prelude::FromValue>(con: &mut Conn, sql: &str) -> mysql::Result<Option<T>> {
+    let mut result = con.query_iter(sql)?;
+    let mut value = None;
+    while let Some(set) = result.iter() {
+        for row in set {
+            let row = row?;
+            if value.is_none() {
+                value = row
+                    .get_opt::<T, usize>(0)
+                    .transpose()
+                    .map_err(|e| mysql::Error::FromValueError(e.0))?;
+            }
+        }
+    }
+    Ok(value)
+}
+
 fn hex(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
 }
@@ -93,7 +112,10 @@ impl MysqlBackend {
             .prefer_socket(false)
             .tcp_connect_timeout(Some(CONNECT_TIMEOUT))
             .read_timeout(Some(read_timeout))
-            .write_timeout(Some(COMMAND_TIMEOUT));
+            .write_timeout(Some(COMMAND_TIMEOUT))
+            // Given, the crate skips its `SELECT @@max_allowed_packet` round trip; dlock's
+            // statements are tiny.
+            .max_allowed_packet(Some(1 << 20));
         Conn::new(opts)
             .map_err(|e| Unavailable(format!("cannot connect to {}: {e}", self.addr)).into())
     }
@@ -106,12 +128,16 @@ impl MysqlBackend {
     /// token of a name is the server clock in microseconds (as for the other backends).
     fn record(&self, con: &mut Conn, name: &str, holder: &Holder) -> anyhow::Result<u64> {
         let meta = serde_json::to_string(holder)?;
-        let upsert = format!(
+        // One round trip, text protocol: the values are hex literals, so nothing needs escaping.
+        let sql = format!(
             "INSERT INTO {TABLE} (name, fence, holder, connection_id) \
-             VALUES (?, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED), ?, CONNECTION_ID()) \
-             ON DUPLICATE KEY UPDATE fence = fence + 1, holder = VALUES(holder), connection_id = VALUES(connection_id)"
+             VALUES (X'{n}', CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED), CONVERT(X'{m}' USING utf8mb4), CONNECTION_ID()) \
+             ON DUPLICATE KEY UPDATE fence = fence + 1, holder = VALUES(holder), connection_id = VALUES(connection_id); \
+             SELECT fence FROM {TABLE} WHERE name = X'{n}'",
+            n = hex(name),
+            m = hex(&meta)
         );
-        let mut result = con.exec_drop(&upsert, (name, &meta));
+        let mut result = last_value::<u64>(con, &sql);
         if let Err(mysql::Error::MySqlError(e)) = &result {
             if e.code == 1146 {
                 // Table missing: create it once, then retry.
@@ -121,7 +147,7 @@ impl MysqlBackend {
                         self.addr
                     )
                 })?;
-                result = con.exec_drop(&upsert, (name, &meta));
+                result = last_value::<u64>(con, &sql);
             }
         }
         if let Err(mysql::Error::MySqlError(e)) = &result {
@@ -135,12 +161,9 @@ impl MysqlBackend {
                 );
             }
         }
-        result
+        let fence = result
             .map_err(|e| self.fail(e))
             .context("cannot record the holder")?;
-        let fence: Option<u64> = con
-            .exec_first(format!("SELECT fence FROM {TABLE} WHERE name = ?"), (name,))
-            .map_err(|e| self.fail(e))?;
         fence.context("the fencing counter vanished")
     }
 
@@ -166,47 +189,23 @@ impl Backend for MysqlBackend {
     fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
         let name = lock_name(req.key);
         let ttl_secs = req.ttl.as_secs().max(1);
+        // One connection for the whole wait (a failed GET_LOCK leaves it usable); its read
+        // timeout outlasts the longest server-side wait.
+        let mut con = self.connect(MAX_SLICE + COMMAND_TIMEOUT)?;
+        let id = con.connection_id();
+        let mut sent = BootInstant::now();
+        // First a try without waiting, in the same round trip as the session's wait_timeout (a
+        // dead client host keeps its lock until the server drops the idle connection, 8 h by
+        // default). The name is a hex literal: safe to inline, and visible in PROCESSLIST.
+        let mut got: mysql::Result<Option<Option<i64>>> = last_value(
+            &mut con,
+            &format!(
+                "SET SESSION wait_timeout = {ttl_secs}; SELECT GET_LOCK(X'{}', 0)",
+                hex(&name)
+            ),
+        );
         let mut told_holder = false;
         loop {
-            let slice = req
-                .deadline
-                .remaining()
-                .map_or(MAX_SLICE, |d| d.min(MAX_SLICE));
-            let mut con = self.connect(slice + COMMAND_TIMEOUT)?;
-            // A dead client host keeps its lock until the server drops the idle connection.
-            con.query_drop(format!("SET SESSION wait_timeout = {ttl_secs}"))
-                .map_err(|e| self.fail(e))?;
-            let id = con.connection_id();
-            let opts = self.clone_for_waker();
-            let blocked = crate::signals::Blocked::new();
-            let killer = std::sync::Mutex::new(None::<Conn>);
-            let _guard = req.interrupt.on_fire(blocked.waker(move || {
-                // Runs on the signal watcher thread while this thread waits in GET_LOCK.
-                let mut c = killer.lock().unwrap_or_else(|e| e.into_inner());
-                if c.is_none() {
-                    *c = Conn::new(opts.clone()).ok();
-                }
-                if let Some(c) = c.as_mut() {
-                    let _ = c.query_drop(format!("KILL QUERY {id}"));
-                }
-            }))?;
-            if let Some(sig) = req.interrupt.fired() {
-                blocked.done();
-                return Err(Interrupted(sig).into());
-            }
-            let sent = BootInstant::now();
-            // The name as a hex literal: safe to inline, and visible in PROCESSLIST for `status`.
-            // NULL when the wait was killed (KILL QUERY), hence Option<Option<_>>.
-            let got: mysql::Result<Option<Option<i64>>> = con.query_first(format!(
-                "SELECT GET_LOCK(X'{}', {:.3})",
-                hex(&name),
-                slice.as_secs_f64()
-            ));
-            blocked.done();
-            if let Some(sig) = req.interrupt.fired() {
-                drop(con); // closing releases anything granted meanwhile
-                return Err(Interrupted(sig).into());
-            }
             match got {
                 Ok(Some(Some(1))) => {
                     // On error `con` is dropped, which releases the lock.
@@ -227,19 +226,54 @@ impl Backend for MysqlBackend {
             let holder = self
                 .holder_row(&mut con, &name)
                 .and_then(|(_, h, _)| serde_json::from_str::<Holder>(&h).ok());
-            if req.deadline.remaining().is_some_and(|d| d.is_zero()) {
+            let Some(slice) = req.deadline.remaining().map_or(Some(MAX_SLICE), |d| {
+                (!d.is_zero()).then(|| d.min(MAX_SLICE))
+            }) else {
                 let waited = req.deadline != super::Deadline::Now;
                 return Err(Busy {
                     holder: holder.map(|h| h.short()),
                     waited,
                 }
                 .into());
-            }
+            };
             if !told_holder {
                 if let Some(h) = &holder {
                     (req.on_holder)(h);
                 }
                 told_holder = true;
+            }
+            // Waiting: a signal must be able to end the wait, from another connection.
+            let opts = self.clone_for_waker();
+            let blocked = crate::signals::Blocked::new();
+            let killer = std::sync::Mutex::new(None::<Conn>);
+            let _guard = req.interrupt.on_fire(blocked.waker(move || {
+                // Runs on the signal watcher thread while this thread waits in GET_LOCK.
+                let mut c = killer.lock().unwrap_or_else(|e| e.into_inner());
+                if c.is_none() {
+                    *c = Conn::new(opts.clone()).ok();
+                }
+                if let Some(c) = c.as_mut() {
+                    let _ = c.query_drop(format!("KILL QUERY {id}"));
+                }
+            }))?;
+            if let Some(sig) = req.interrupt.fired() {
+                blocked.done();
+                return Err(Interrupted(sig).into());
+            }
+            sent = BootInstant::now();
+            // NULL when the wait was killed (KILL QUERY), hence Option<Option<_>>.
+            got = last_value(
+                &mut con,
+                &format!(
+                    "SELECT GET_LOCK(X'{}', {:.3})",
+                    hex(&name),
+                    slice.as_secs_f64()
+                ),
+            );
+            blocked.done();
+            if let Some(sig) = req.interrupt.fired() {
+                drop(con); // closing releases anything granted meanwhile
+                return Err(Interrupted(sig).into());
             }
         }
     }
@@ -367,7 +401,7 @@ impl Lease for MysqlLease {
 
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
         if let Some(mut con) = self.con.take() {
-            let _ = con.exec_drop("DO RELEASE_LOCK(?)", (&self.name,));
+            let _ = con.query_drop(format!("DO RELEASE_LOCK(X'{}')", hex(&self.name)));
             // Closing the connection releases it in any case.
         }
         Ok(())
