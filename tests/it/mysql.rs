@@ -139,3 +139,31 @@ fn missing_table_privilege_is_a_clear_error() {
     );
     assert!(!line.contains("weak:weak"));
 }
+
+/// TLS options in the URL (MySQL's names): verified against a private CA it works; without TLS
+/// a server that requires it refuses (69); a bad mode is a usage error.
+#[test]
+fn tls_options_in_the_url() {
+    let Some((server, ca)) = Mariadb::start_tls() else {
+        return;
+    };
+    let key = unique_key("mysql-tls");
+    let base = server.url();
+    let ok = TestBackend::mysql(&format!(
+        "{base}?ssl-mode=VERIFY_IDENTITY&ssl-ca={}",
+        ca.display()
+    ));
+    let out = run_ok(&mut ok.run(&key, &[], &sh("printf %s \"$DLOCK_FENCING_TOKEN\"")));
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .parse::<u64>()
+            .is_ok()
+    );
+    let plain = TestBackend::mysql(&base);
+    let out = run_code(&mut plain.run(&key, &[], &["true"]), 69);
+    one_error_line(&out);
+    let bad = TestBackend::mysql(&format!("{base}?ssl-mode=SOMETIMES"));
+    let out = run_code(&mut bad.run(&key, &[], &["true"]), 2);
+    assert!(one_error_line(&out).contains("ssl-mode"));
+}

@@ -62,7 +62,10 @@ fn spawn_server(mut cmd: Command) -> std::io::Result<Child> {
         Mutex::new(tx)
     });
     let (reply, rx) = mpsc::channel();
-    cmd.stdin(Stdio::null());
+    // Servers write their own log files (printed when they fail to start).
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     tx.lock().unwrap().send((cmd, reply)).unwrap();
     rx.recv().unwrap()
 }
@@ -74,6 +77,33 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Writes ca.pem, server.pem and server.key (for 127.0.0.1 and localhost) into `dir`.
+pub fn make_certs(dir: &std::path::Path) {
+    let sh = |script: &str| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    sh(
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj '/CN=dlock test CA'",
+    );
+    sh(
+        "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj '/CN=localhost'",
+    );
+    sh(
+        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf && openssl x509 -req -in server.csr \
+        -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf",
+    );
 }
 
 /// A running redis-server.
@@ -108,29 +138,7 @@ impl Redis {
             return None;
         }
         let dir = scratch("redis-tls");
-        let sh = |script: &str| {
-            let out = Command::new("sh")
-                .arg("-c")
-                .arg(script)
-                .current_dir(&dir)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{script}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        sh(
-            "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj '/CN=dlock test CA'",
-        );
-        sh(
-            "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj '/CN=localhost'",
-        );
-        sh(
-            "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf && openssl x509 -req -in server.csr \
-            -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf",
-        );
+        make_certs(&dir);
         let port = free_port();
         let d = dir.display();
         let extra = [
@@ -309,6 +317,7 @@ pub struct Mariadb {
     pub port: u16,
     pub dir: PathBuf,
     child: Option<Child>,
+    extra: Vec<String>,
 }
 
 impl Mariadb {
@@ -344,6 +353,27 @@ impl Mariadb {
 
     /// Starts a new server, or `None` if mariadbd is missing (and not required).
     pub fn start() -> Option<Mariadb> {
+        Self::start_with(&[])
+    }
+
+    /// A server that accepts only TLS, with a certificate from a fresh CA; returns the CA's path.
+    pub fn start_tls() -> Option<(Mariadb, PathBuf)> {
+        if !available("openssl") {
+            return None;
+        }
+        let certs = scratch("mariadb-certs");
+        make_certs(&certs);
+        let c = certs.display();
+        let args = [
+            format!("--ssl-ca={c}/ca.pem"),
+            format!("--ssl-cert={c}/server.pem"),
+            format!("--ssl-key={c}/server.key"),
+            "--require-secure-transport=ON".to_string(),
+        ];
+        Self::start_with(&args).map(|m| (m, certs.join("ca.pem")))
+    }
+
+    fn start_with(extra: &[String]) -> Option<Mariadb> {
         if !available("mariadbd") {
             return None;
         }
@@ -359,6 +389,7 @@ impl Mariadb {
             port: free_port(),
             dir,
             child: None,
+            extra: extra.to_vec(),
         };
         m.launch();
         let sql = "CREATE USER IF NOT EXISTS 'dlock'@'%' IDENTIFIED BY 'dlock'; \
@@ -393,6 +424,7 @@ impl Mariadb {
         cmd.arg(format!("--log-error={}", d.join("error.log").display()));
         std::fs::create_dir_all(d.join("tmp")).unwrap();
         cmd.arg(format!("--tmpdir={}", d.join("tmp").display()));
+        cmd.args(&self.extra);
         self.child = Some(spawn_server(cmd).expect("spawn mariadbd"));
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
