@@ -5,7 +5,7 @@
 //!   (the server default is 8 hours), and the keeper pings every ttl/3 with
 //!   `SELECT IS_USED_LOCK(name) = CONNECTION_ID()`: false or an error means lost (a broken
 //!   connection cannot be re-established without losing the lock).
-//! - The server does the waiting (`GET_LOCK(name, seconds)`), in slices of at most 5 s, so a wait
+//! - The server does the waiting (`GET_LOCK(name, seconds)`), in slices of at most 2 s, so a wait
 //!   abandoned by a dead client can never be granted long after; a signal kills the waiting query
 //!   from a second connection (`KILL QUERY`), and the waiting connection is then closed, which
 //!   releases anything granted in the meantime.
@@ -29,8 +29,10 @@ use crate::exit::{Busy, Interrupted, Unavailable, Usage};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
-/// The longest single GET_LOCK wait.
-const MAX_SLICE: Duration = Duration::from_secs(5);
+/// The longest single GET_LOCK wait. The connection's read timeout (which also bounds the
+/// handshake, and cannot be changed later) must outlast it: 2 s + 2 s keeps a black-holed
+/// server's failure within about 4 s.
+const MAX_SLICE: Duration = Duration::from_secs(2);
 const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/dlock";
 const TABLE: &str = "dlock_locks";
 

@@ -167,3 +167,20 @@ fn tls_options_in_the_url() {
     let out = run_code(&mut bad.run(&key, &[], &["true"]), 2);
     assert!(one_error_line(&out).contains("ssl-mode"));
 }
+
+/// A server that accepts connections but never answers: exit 69 within the documented bound.
+#[test]
+fn black_holed_server_fails_within_seconds() {
+    let Some(server) = Mariadb::start() else {
+        return;
+    };
+    let b = TestBackend::mysql(&server.url());
+    server.pause(true);
+    let started = Instant::now();
+    let out = output(&mut b.run(&unique_key("mysql-blackhole"), &[], &["true"]));
+    let took = started.elapsed();
+    server.pause(false);
+    assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
+    assert!(one_error_line(&out).contains("mysql"));
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
