@@ -31,8 +31,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;run'= {
             cand -b 'Lock backend [default: from the URL''s scheme, else file]'
             cand --backend 'Lock backend [default: from the URL''s scheme, else file]'
-            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379'
-            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379'
+            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
             cand -k 'The lock''s name (1-256 bytes of UTF-8, no control characters)'
             cand --key 'The lock''s name (1-256 bytes of UTF-8, no control characters)'
             cand --ttl 'Lease length on the server; renewed every ttl/3'
@@ -55,8 +55,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;status'= {
             cand -b 'Lock backend [default: from the URL''s scheme, else file]'
             cand --backend 'Lock backend [default: from the URL''s scheme, else file]'
-            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379'
-            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379'
+            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
             cand -k 'The lock''s name'
             cand --key 'The lock''s name'
             cand --json 'Print one JSON object (key, backend, held, holders, ...)'
@@ -72,8 +72,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;break'= {
             cand -b 'Lock backend [default: from the URL''s scheme, else file]'
             cand --backend 'Lock backend [default: from the URL''s scheme, else file]'
-            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379'
-            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379'
+            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
             cand -k 'The lock''s name'
             cand --key 'The lock''s name'
             cand -v 'Log acquire, renew and release events with timings'

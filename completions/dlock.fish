@@ -35,7 +35,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Loc
 redis\t'Redis (single instance, or Redlock with --url given 3, 5, ... times)'
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'"
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s k -l key -d 'The lock\'s name (1-256 bytes of UTF-8, no control characters)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'Lease length on the server; renewed every ttl/3' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long for the lock [default: wait forever]' -r
@@ -50,7 +50,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d '
 redis\t'Redis (single instance, or Redlock with --url given 3, 5, ... times)'
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'"
-complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379' -r
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s k -l key -d 'The lock\'s name' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print one JSON object (key, backend, held, holders, ...)'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Log acquire, renew and release events with timings'
@@ -61,7 +61,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand break" -s b -l backend -d 'L
 redis\t'Redis (single instance, or Redlock with --url given 3, 5, ... times)'
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'"
-complete -c dlock -n "__fish_dlock_using_subcommand break" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379' -r
+complete -c dlock -n "__fish_dlock_using_subcommand break" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s k -l key -d 'The lock\'s name' -r
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s v -l verbose -d 'Log acquire, renew and release events with timings'
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s q -l quiet -d 'Print nothing but errors'

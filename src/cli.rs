@@ -36,7 +36,7 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ("DLOCK_BACKEND", "default for --backend"),
     (
         "DLOCK_URL",
-        "default for --url; keep credentials here rather than on the command line, where ps shows them",
+        "default for --url (several, space-separated, for Redlock); keep credentials here rather than on the command line, where ps shows them",
     ),
     ("DLOCK_KEY", "set for the command: the key it runs under"),
     (
@@ -142,13 +142,15 @@ pub struct BackendArgs {
     #[arg(short = 'b', long, env = "DLOCK_BACKEND", value_name = "NAME")]
     pub backend: Option<BackendName>,
 
-    /// Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379
+    /// Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or
+    /// separate with spaces in DLOCK_URL) for Redlock
     #[arg(
         short = 'u',
         long = "url",
         env = "DLOCK_URL",
         value_name = "URL",
         action = ArgAction::Append,
+        value_delimiter = ' ',
         hide_env_values = true
     )]
     pub urls: Vec<String>,

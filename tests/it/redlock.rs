@@ -97,3 +97,20 @@ fn holder_that_loses_its_majority_is_stopped() {
     assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
     assert!(!alive(child));
 }
+
+/// Credentials belong in DLOCK_URL, so it takes several URLs for Redlock, space-separated.
+#[test]
+fn dlock_url_holds_several_space_separated_urls() {
+    let Some(urls) = shared_redlock() else { return };
+    let key = unique_key("redlock-env");
+    let out = run_ok(
+        dlock()
+            .env("DLOCK_URL", urls.join(" "))
+            .args(["status", "-k", &key, "--json"]),
+    );
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        s["location"].as_str().unwrap().starts_with("Redlock over"),
+        "{s}"
+    );
+}
