@@ -31,9 +31,6 @@ impl Lease for Unreachable {
     fn acquired_at(&self) -> BootInstant {
         self.acquired_at
     }
-    fn renew_every(&self) -> Duration {
-        self.ttl / 3
-    }
     fn renew(&mut self) -> Result<(), RenewError> {
         Err(RenewError::Failed(anyhow::anyhow!("connection timed out")))
     }

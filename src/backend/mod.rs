@@ -190,8 +190,11 @@ pub trait Lease: Send {
     /// When the request that acquired the lock was sent: the lease deadline counts from here.
     fn acquired_at(&self) -> BootInstant;
 
-    /// How often the keeper renews (or, without a TTL, checks) the lease.
-    fn renew_every(&self) -> Duration;
+    /// How often the keeper renews (or, without a TTL, checks) the lease: ttl/3 by default
+    /// (DESIGN.md rule 4), which leaves two more chances before the lease runs out.
+    fn renew_every(&self) -> Duration {
+        self.ttl().map_or(Duration::from_secs(1), |ttl| ttl / 3)
+    }
 
     /// Extends the lease by its TTL (or checks it is still ours). Must return within a bounded
     /// time (socket timeouts), since the lease may be running out.

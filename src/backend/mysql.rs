@@ -422,10 +422,6 @@ impl Lease for MysqlLease {
         self.acquired_at
     }
 
-    fn renew_every(&self) -> Duration {
-        self.ttl / 3
-    }
-
     fn renew(&mut self) -> Result<(), RenewError> {
         let Some(con) = self.con.as_mut() else {
             return Err(RenewError::Lost("the lock's connection is gone".into()));

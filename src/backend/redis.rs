@@ -447,10 +447,6 @@ impl Lease for RedisLease {
         self.acquired_at
     }
 
-    fn renew_every(&self) -> Duration {
-        self.ttl / 3
-    }
-
     fn renew(&mut self) -> Result<(), RenewError> {
         static RN: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
         let (lock, owner, token, ttl_ms) = (

@@ -360,10 +360,6 @@ impl Lease for RedlockLease {
         self.acquired_at
     }
 
-    fn renew_every(&self) -> Duration {
-        self.ttl / 3
-    }
-
     fn renew(&mut self) -> Result<(), RenewError> {
         static RN: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
         let (keys, token, ttl_ms) = (&self.keys, &self.token, self.ttl.as_millis() as u64);
