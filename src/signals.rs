@@ -69,6 +69,12 @@ static MAIN_THREAD: OnceLock<libc::pthread_t> = OnceLock::new();
 /// a background job of a non-interactive shell) stays ignored, for dlock and for the command:
 /// blocking it would queue it anyway.
 pub fn block() -> io::Result<()> {
+    // An inherited SIG_IGN for SIGCHLD makes the kernel reap children by itself: waitid would
+    // never report the command's exit, and dlock would wait forever.
+    if inherited_ignored(libc::SIGCHLD) {
+        // SAFETY: restoring the default disposition of SIGCHLD.
+        unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+    }
     let mut handled: Vec<i32> = MAIN_SET.to_vec();
     handled.retain(|&sig| !(FORWARDED.contains(&sig) && inherited_ignored(sig)));
     let s = set(&handled);

@@ -315,3 +315,23 @@ fn redlock_needs_an_odd_number_of_urls() {
         assert!(one_error_line(&out).contains("odd number"));
     }
 }
+
+/// Regression: started with SIGCHLD ignored (some supervisors do that), the kernel reaped the
+/// command by itself and dlock waited forever for its exit status.
+#[test]
+fn inherited_ignored_sigchld_does_not_hang() {
+    let b = TestBackend::file();
+    let mut c = std::process::Command::new("python3");
+    c.args(["-c", "import os, signal, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])"]);
+    c.arg(DLOCK).arg("run").args(&b.args).args([
+        "-k",
+        &unique_key("sigchld"),
+        "--",
+        "sh",
+        "-c",
+        "exit 7",
+    ]);
+    let (out, took) = Proc::spawn(&mut c).wait(std::time::Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(7), "{}", describe(&out));
+    assert!(took < std::time::Duration::from_secs(2));
+}
