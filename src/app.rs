@@ -113,7 +113,10 @@ fn run(cfg: &RunConfig) -> u8 {
     let holder = Holder::this_process(&cfg.command);
     let deadline = match cfg.wait {
         Wait::No => Deadline::Now,
-        Wait::For(d) => Deadline::At(Instant::now() + d),
+        // A wait too long to represent is a wait forever.
+        Wait::For(d) => Instant::now()
+            .checked_add(d)
+            .map_or(Deadline::Never, Deadline::At),
         Wait::Forever => Deadline::Never,
     };
     let started = Instant::now();

@@ -13,6 +13,8 @@ use crate::exit::Usage;
 pub const MAX_KEY_BYTES: usize = 256;
 /// Shortest `--ttl`: renewing every ttl/3 must leave time for a round trip.
 pub const MIN_TTL: Duration = Duration::from_millis(300);
+/// Longest `--ttl` and `--kill-grace`: beyond a week they are typos, and servers cap them anyway.
+pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// A lock's name: 1-256 bytes of UTF-8 without control characters. Backends must map every such
 /// key to a safe name of their own (`/`, `..`, spaces and unicode included).
@@ -207,6 +209,15 @@ impl RunConfig {
                 humantime::format_duration(a.ttl),
                 humantime::format_duration(MIN_TTL)
             )));
+        }
+        for (flag, d) in [("--ttl", a.ttl), ("--kill-grace", a.kill_grace)] {
+            if d > MAX_DURATION {
+                return Err(Usage(format!(
+                    "{flag} {} is too long; the maximum is {}",
+                    humantime::format_duration(d),
+                    humantime::format_duration(MAX_DURATION)
+                )));
+            }
         }
         let wait = match (a.no_wait, a.wait) {
             (true, _) => Wait::No,

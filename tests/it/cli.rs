@@ -335,3 +335,14 @@ fn inherited_ignored_sigchld_does_not_hang() {
     assert_eq!(out.status.code(), Some(7), "{}", describe(&out));
     assert!(took < std::time::Duration::from_secs(2));
 }
+
+/// Regression: a --wait too long for the clock panicked; it means wait forever.
+#[test]
+fn enormous_wait_is_forever_not_a_panic() {
+    let b = TestBackend::file();
+    run_ok(&mut b.run(
+        &unique_key("huge-wait"),
+        &["--wait", "584000000000y"],
+        &["true"],
+    ));
+}
