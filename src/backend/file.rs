@@ -130,14 +130,10 @@ impl Backend for FileBackend {
 
     fn status(&self, key: &Key) -> anyhow::Result<Status> {
         let path = self.path(key);
+        let location = path.display().to_string();
         let mut status = Status {
-            key: key.to_string(),
-            backend: "file",
-            location: path.display().to_string(),
-            held: false,
-            holders: Vec::new(),
             waiters: Some(0),
-            notes: Vec::new(),
+            ..Status::new(key, self.kind(), location)
         };
         let file = match open_existing(&path) {
             Ok(f) => f,

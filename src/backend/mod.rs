@@ -127,6 +127,21 @@ pub struct Status {
     pub notes: Vec<String>,
 }
 
+impl Status {
+    /// Nobody holds `key` (and nothing else is known yet): backends fill in what they learn.
+    pub fn new(key: &Key, backend: BackendKind, location: String) -> Status {
+        Status {
+            key: key.to_string(),
+            backend: backend.name(),
+            location,
+            held: false,
+            holders: Vec::new(),
+            waiters: None,
+            notes: Vec::new(),
+        }
+    }
+}
+
 /// One acquisition request.
 pub struct Request<'a> {
     /// The lock.

@@ -346,14 +346,11 @@ impl Backend for MysqlBackend {
             )
             .ok()
             .flatten();
+        let location = format!("{} (lock name {name})", self.addr);
         let mut status = Status {
-            key: key.to_string(),
-            backend: "mysql",
-            location: format!("{} (lock name {name})", self.addr),
             held: holder_id.is_some(),
-            holders: Vec::new(),
             waiters,
-            notes: Vec::new(),
+            ..Status::new(key, self.kind(), location)
         };
         if let Some(id) = holder_id {
             let mut h = Holder::default();

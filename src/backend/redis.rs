@@ -355,13 +355,9 @@ impl Backend for RedisBackend {
             .invoke(&mut con)
             .map_err(|e| Unavailable(format!("{}: {e}", self.node.addr)))?;
         let mut status = Status {
-            key: key.to_string(),
-            backend: "redis",
-            location: self.node.addr.clone(),
             held: !lock.is_empty(),
-            holders: Vec::new(),
             waiters: Some(waiters),
-            notes: Vec::new(),
+            ..Status::new(key, self.kind(), self.node.addr.clone())
         };
         if status.held {
             let mut h: Holder = serde_json::from_str(&meta).unwrap_or_default();

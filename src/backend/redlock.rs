@@ -265,13 +265,9 @@ impl Backend for Redlock {
             .into());
         }
         let mut status = Status {
-            key: key.to_string(),
-            backend: "redis",
-            location: self.location(),
-            held: false,
-            holders: Vec::new(),
             waiters: ok.iter().map(|r| r.5).max(),
             notes: vec![NO_FENCING.into()],
+            ..Status::new(key, self.kind(), self.location())
         };
         if ok.len() < self.nodes.len() {
             status.notes.push(format!(
