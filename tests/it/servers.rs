@@ -127,7 +127,18 @@ impl Redis {
             child: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
-        r.launch();
+        // The port was free when asked; if another server took it meanwhile, ours exits: retry.
+        for attempt in 1.. {
+            if r.launch() {
+                break;
+            }
+            let log = std::fs::read_to_string(r.dir.join("redis.log")).unwrap_or_default();
+            assert!(
+                attempt < 3,
+                "redis-server exited at start, 3 times; its log:\n{log}"
+            );
+            r.port = free_port();
+        }
         Some(r)
     }
 
@@ -180,7 +191,8 @@ impl Redis {
         Some((r, dir.join("ca.pem")))
     }
 
-    fn launch(&mut self) {
+    /// Starts the server and waits until it answers; false if it exited (port taken).
+    fn launch(&mut self) -> bool {
         let mut cmd = Command::new("redis-server");
         cmd.args([
             "--port",
@@ -200,6 +212,9 @@ impl Redis {
         self.child = Some(spawn_server(cmd).expect("spawn redis-server"));
         let deadline = Instant::now() + Duration::from_secs(10);
         while !self.ping() {
+            if self.child.as_mut().unwrap().try_wait().unwrap().is_some() {
+                return false;
+            }
             if Instant::now() > deadline {
                 let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
                 panic!(
@@ -209,6 +224,7 @@ impl Redis {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        true
     }
 
     fn ping(&self) -> bool {
@@ -221,23 +237,25 @@ impl Redis {
             return false;
         };
         s.set_read_timeout(Some(Duration::from_secs(1))).ok();
+        // INFO's process_id proves the answer comes from our server, not one that won the port.
         let req = match auth {
-            Some(pw) => format!("AUTH {pw}\r\nPING\r\n"),
-            None => "PING\r\n".to_string(),
+            Some(pw) => format!("AUTH {pw}\r\nINFO server\r\n"),
+            None => "INFO server\r\n".to_string(),
         };
+        let want = format!("process_id:{}", self.pid());
         if s.write_all(req.as_bytes()).is_err() {
             return false;
         }
         let mut buf = [0u8; 64];
         let mut got = String::new();
         let deadline = Instant::now() + Duration::from_secs(1);
-        while !got.contains("PONG") && Instant::now() < deadline {
+        while !got.contains(&want) && Instant::now() < deadline {
             match s.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => got.push_str(&String::from_utf8_lossy(&buf[..n])),
             }
         }
-        got.contains("PONG")
+        got.contains(&want)
     }
 
     /// `redis://127.0.0.1:PORT`
@@ -259,7 +277,11 @@ impl Redis {
     /// Kills the server (no persistence: every key is gone) and starts it again on the same port.
     pub fn restart(&mut self) {
         self.kill();
-        self.launch();
+        assert!(
+            self.launch(),
+            "redis-server did not restart on port {}",
+            self.port
+        );
     }
 
     fn kill(&mut self) {
@@ -391,7 +413,17 @@ impl Mariadb {
             child: None,
             extra: extra.to_vec(),
         };
-        m.launch();
+        for attempt in 1.. {
+            if m.launch() {
+                break;
+            }
+            let log = std::fs::read_to_string(m.dir.join("error.log")).unwrap_or_default();
+            assert!(
+                attempt < 3,
+                "mariadbd exited at start, 3 times; its log:\n{log}"
+            );
+            m.port = free_port();
+        }
         let sql = "CREATE USER IF NOT EXISTS 'dlock'@'%' IDENTIFIED BY 'dlock'; \
                    GRANT ALL ON *.* TO 'dlock'@'%'; CREATE DATABASE IF NOT EXISTS dlock;";
         let out = m.client().arg("-e").arg(sql).output().unwrap();
@@ -403,8 +435,9 @@ impl Mariadb {
         Some(m)
     }
 
-    fn launch(&mut self) {
-        let d = &self.dir;
+    /// Starts the server and waits until it answers; false if it exited (port taken).
+    fn launch(&mut self) -> bool {
+        let d = self.dir.clone();
         let mut cmd = Command::new("mariadbd");
         cmd.args([
             "--no-defaults",
@@ -434,7 +467,10 @@ impl Mariadb {
                 .arg("ping")
                 .output();
             if ping.is_ok_and(|o| o.status.success()) {
-                return;
+                return true;
+            }
+            if self.child.as_mut().unwrap().try_wait().unwrap().is_some() {
+                return false;
             }
             if Instant::now() > deadline {
                 let log = std::fs::read_to_string(d.join("error.log")).unwrap_or_default();
