@@ -25,6 +25,8 @@ const MAX_SLEEP: Duration = Duration::from_secs(1);
 pub struct Keeper {
     state: State,
     events: Events,
+    /// The thread could not be started: nothing will renew, don't try again.
+    failed: bool,
 }
 
 enum State {
@@ -47,12 +49,14 @@ impl Keeper {
         Keeper {
             state: State::Idle(lease),
             events,
+            failed: false,
         }
     }
 
     /// When the thread must be started (the first renewal), `None` once it runs.
     pub fn due(&self) -> Option<BootInstant> {
         match &self.state {
+            State::Idle(_) if self.failed => None,
             State::Idle(lease) => Some(lease.acquired_at() + lease.renew_every()),
             State::Running { .. } => None,
         }
@@ -66,14 +70,15 @@ impl Keeper {
         let (stop, stop_rx) = mpsc::channel();
         let (lease_tx, lease_rx) = mpsc::channel::<Box<dyn Lease>>();
         let events = self.events.clone();
-        let thread = std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name("dlock-keeper".into())
             .spawn(move || {
                 let lease = lease_rx
                     .recv()
                     .map_err(|_| anyhow::anyhow!("no lease to keep"))?;
                 keep(lease, &stop_rx, &events)
-            })?;
+            });
+        let thread = spawned.inspect_err(|_| self.failed = true)?;
         let State::Idle(lease) =
             std::mem::replace(&mut self.state, State::Running { stop, thread })
         else {

@@ -10,6 +10,7 @@
 
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::FromRawFd;
 use std::os::unix::process::CommandExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus};
@@ -252,13 +253,19 @@ impl Child {
 /// Sends `sig` to every descendant of this process (the child, its children, and orphans
 /// reparented here). Descendants are found in /proc; a process forked during the scan is caught
 /// by the next call.
+///
+/// Never by bare pid: a descendant that dies between the scan and the kill can have its pid
+/// handed to an unrelated process at once (pids wrap after 32768 by default, and a long-lived
+/// descendant's pid is a full cycle old). Each process is pinned with a pidfd, checked to be the
+/// one scanned (same start time), and signalled through the pidfd. This once killed another
+/// test's dlock with SIGKILL.
 fn signal_descendants(sig: i32) {
     // SAFETY: getpid cannot fail.
     let me = unsafe { libc::getpid() };
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return;
     };
-    let mut parent_of = Vec::new();
+    let mut procs = Vec::new(); // (pid, ppid, start time)
     for entry in dir.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -267,28 +274,59 @@ fn signal_descendants(sig: i32) {
         else {
             continue;
         };
-        if let Some(ppid) = read_ppid(pid) {
-            parent_of.push((pid, ppid));
+        if let Some((ppid, start)) = read_stat(pid) {
+            procs.push((pid, ppid, start));
         }
     }
-    let mut tree = vec![me];
+    let mut tree = vec![(me, 0)];
     let mut i = 0;
     while i < tree.len() {
-        let p = tree[i];
-        tree.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        let p = tree[i].0;
+        tree.extend(
+            procs
+                .iter()
+                .filter(|(_, pp, _)| *pp == p)
+                .map(|(c, _, st)| (*c, *st)),
+        );
         i += 1;
     }
-    for pid in tree.into_iter().skip(1) {
-        // SAFETY: plain kill; see the doc comment for the (tiny) recycling window.
-        unsafe { libc::kill(pid, sig) };
+    for (pid, start) in tree.into_iter().skip(1) {
+        signal_pinned(pid, start, sig);
     }
 }
 
-fn read_ppid(pid: libc::pid_t) -> Option<libc::pid_t> {
+/// Signals `pid` only if it is still the process that started at `start`.
+fn signal_pinned(pid: libc::pid_t, start: u64, sig: i32) {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
+    if fd < 0 {
+        return; // gone already (or a kernel before 5.3: do not risk a recycled pid)
+    }
+    // SAFETY: `fd` is a fresh descriptor we own.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    if read_stat(pid).map(|(_, st)| st) == Some(start) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid pidfd; no siginfo.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd.as_raw_fd(),
+                sig,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+    }
+}
+
+/// (ppid, start time in clock ticks) from /proc/PID/stat.
+fn read_stat(pid: libc::pid_t) -> Option<(libc::pid_t, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ppid ...": comm may contain spaces and parentheses; skip past the last ')'.
+    // "pid (comm) state ppid ... starttime ...": comm may contain spaces and parentheses; the
+    // fields after the last ')' start with state (field 3), so ppid is 1 and starttime (22) is 19.
     let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
 }
 
 /// The supervisor's knowledge of the lease.
@@ -321,17 +359,22 @@ pub fn supervise(
     loop {
         let now = BootInstant::now();
         let mut wake = Duration::from_secs(1);
-        if let Some(due) = keeper.due().filter(|_| stopping.is_none()) {
+        // The keeper starts when the first renewal is due, also while stopping: the lock is held
+        // until the command is gone.
+        if let Some(due) = keeper.due() {
             if now >= due {
                 if let Err(e) = keeper.start() {
-                    // Nobody could renew or check the lease: treat it as lost.
-                    let why = Ending::Lost(format!("cannot start the keeper thread: {e}"));
-                    stopping = Some(stop(child, why, now + kill_grace));
+                    // Nobody can renew: the lease runs out at its deadline (enforced below, also
+                    // while stopping); stop the command now with the reason.
+                    let why = format!("cannot start the keeper thread: {e}");
+                    match &mut stopping {
+                        None => stopping = Some(stop(child, Ending::Lost(why), now + kill_grace)),
+                        Some(_) => report_warn(&why),
+                    }
                 }
                 continue;
-            } else {
-                wake = wake.min(due.saturating_duration_since(now));
             }
+            wake = wake.min(due.saturating_duration_since(now));
         }
         match &mut stopping {
             None => {
@@ -340,7 +383,7 @@ pub fn supervise(
                     if now >= start {
                         let why = last_renew_error
                             .take()
-                            .unwrap_or_else(|| "no answer".into());
+                            .unwrap_or_else(|| "no reply to the last renewal yet".into());
                         let reason =
                             format!("the lease could not be renewed before it ran out ({why})");
                         stopping = Some(stop(child, Ending::Lost(reason), deadline));
@@ -350,17 +393,20 @@ pub fn supervise(
                 }
             }
             Some(s) => {
-                if now >= s.kill_at {
+                // However the stop began, the job must be gone before the lease could run out:
+                // SIGKILL at the grace's end or the lease deadline, whichever is first (renewals
+                // go on during the grace and keep moving the deadline).
+                let kill_at = lease.deadline.map_or(s.kill_at, |d| d.min(s.kill_at));
+                if now >= kill_at {
                     // Keep killing: a process forked during the last scan is caught by this one.
                     child.signal(libc::SIGKILL);
                     signal_descendants(libc::SIGKILL);
                     s.killed = true;
                     wake = Duration::from_millis(50);
                 } else {
-                    wake = wake.min(s.kill_at.saturating_duration_since(now));
+                    wake = wake.min(kill_at.saturating_duration_since(now));
                 }
-                if s.child_status.is_some() && s.killed && now >= s.kill_at + Duration::from_secs(1)
-                {
+                if s.child_status.is_some() && s.killed && now >= kill_at + Duration::from_secs(1) {
                     // Something below the child cannot be killed (uninterruptible sleep): give up
                     // on it rather than hang; the child itself is gone.
                     return s.why.clone();
@@ -401,12 +447,14 @@ pub fn supervise(
                 last_renew_error = None;
             }
             Event::RenewFailed(e) => last_renew_error = Some(e),
-            Event::Lost(reason) => {
-                if stopping.is_none() {
+            Event::Lost(reason) => match &mut stopping {
+                None => {
                     let kill_at = BootInstant::now() + kill_grace;
                     stopping = Some(stop(child, Ending::Lost(reason), kill_at));
                 }
-            }
+                // Already stopping (a signal): the lock is gone, so the grace ends sooner.
+                Some(s) => s.kill_at = s.kill_at.min(BootInstant::now() + kill_grace),
+            },
             Event::ChildExited(status) => match &mut stopping {
                 None => return Ending::Exited(status),
                 Some(s) => {
@@ -422,6 +470,10 @@ pub fn supervise(
             }
         }
     }
+}
+
+fn report_warn(what: &str) {
+    crate::report::warn(format_args!("{what}"));
 }
 
 /// Starts terminating the whole job: SIGTERM to every descendant now, SIGKILL at `kill_at`.

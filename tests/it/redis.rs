@@ -280,3 +280,47 @@ fn unix_socket_url() {
     let s = b.status(&key);
     assert_eq!(s["location"], sock.display().to_string());
 }
+
+/// Regression: while dlock waited out --kill-grace after a SIGTERM, the lease deadline was not
+/// enforced; a command slow to stop could outlive a lease whose renewals had begun to fail.
+#[test]
+fn lease_deadline_still_holds_during_a_signal_grace() {
+    let Some(server) = Redis::start(&[]) else {
+        return;
+    };
+    let b = TestBackend {
+        ttl: Duration::from_millis(1500),
+        ..TestBackend::redis(&server.url())
+    };
+    let key = unique_key("grace-deadline");
+    let dir = scratch("grace-deadline");
+    let m = dir.join("pid");
+    let script = format!("trap '' TERM; echo $$ > {}; exec sleep 30", m.display());
+    let p = Proc::spawn(&mut b.run(&key, &["--kill-grace", "20s"], &sh(&script)));
+    let child: i32 = wait_for_file(&m, Duration::from_secs(10)).parse().unwrap();
+    p.signal(libc::SIGTERM);
+    // Renewals still succeed: the grace runs, the command (ignoring TERM) lives on.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(alive(child), "killed although the lease was being renewed");
+    server.pause(true);
+    let died = wait_until(Duration::from_secs(10), "the command to be killed", || {
+        !alive(child)
+    });
+    server.pause(false);
+    let (out, _) = p.wait(Duration::from_secs(10));
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGTERM),
+        "{}",
+        describe(&out)
+    );
+    // The last renewal was at most ttl/3 before the pause; SIGKILL at its deadline.
+    assert!(
+        died < Duration::from_millis(1550),
+        "the command outlived the lease: {died:?}"
+    );
+    assert!(
+        died > Duration::from_millis(900),
+        "killed before the lease was in danger: {died:?}"
+    );
+}
