@@ -369,7 +369,7 @@ pub fn supervise(
                     let why = format!("cannot start the keeper thread: {e}");
                     match &mut stopping {
                         None => stopping = Some(stop(child, Ending::Lost(why), now + kill_grace)),
-                        Some(_) => report_warn(&why),
+                        Some(_) => crate::report::warn(format_args!("{why}")),
                     }
                 }
                 continue;
@@ -470,10 +470,6 @@ pub fn supervise(
             }
         }
     }
-}
-
-fn report_warn(what: &str) {
-    crate::report::warn(format_args!("{what}"));
 }
 
 /// Starts terminating the whole job: SIGTERM to every descendant now, SIGKILL at `kill_at`.

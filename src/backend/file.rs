@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use super::{Backend, Deadline, Holder, Lease, RenewError, Request, Status};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key};
-use crate::exit::{Busy, Interrupted, Usage};
+use crate::exit::{Interrupted, Usage};
 
 /// How often a holder checks that its lock file was not removed (`dlock break`).
 const CHECK_EVERY: Duration = Duration::from_millis(500);
@@ -69,14 +69,6 @@ impl FileBackend {
     fn path(&self, key: &Key) -> PathBuf {
         self.dir.join(file_name(key))
     }
-
-    fn busy(&self, file: &File, waited: bool) -> anyhow::Error {
-        let holder = read_data(file)
-            .ok()
-            .and_then(|d| d.holder)
-            .map(|h| h.short());
-        Busy { holder, waited }.into()
-    }
 }
 
 impl Backend for FileBackend {
@@ -95,14 +87,14 @@ impl Backend for FileBackend {
             let acquired_at = BootInstant::now();
             if !try_flock(&file, libc::LOCK_EX)? {
                 if req.deadline == Deadline::Now {
-                    return Err(self.busy(&file, false));
+                    return Err(req.busy(holder_of(&file).as_ref()));
                 }
                 if let Some(holder) = read_data(&file).ok().and_then(|d| d.holder) {
                     (req.on_holder)(&holder);
                 }
                 match blocking_flock(&file, req.deadline, req.interrupt)? {
                     Blocked::Acquired => {}
-                    Blocked::TimedOut => return Err(self.busy(&file, true)),
+                    Blocked::TimedOut => return Err(req.busy(holder_of(&file).as_ref())),
                     Blocked::Interrupted(sig) => return Err(Interrupted(sig).into()),
                 }
             }
@@ -248,6 +240,11 @@ fn write_data(file: &File, data: &LockData) -> io::Result<()> {
     // torn one, which it treats as unknown metadata; the lock state comes from /proc/locks).
     file.write_all_at(&buf, 0)?;
     file.set_len(buf.len() as u64)
+}
+
+/// The holder recorded in the lock file, if readable.
+fn holder_of(file: &File) -> Option<Holder> {
+    read_data(file).ok().and_then(|d| d.holder)
 }
 
 /// The first token of a new lock file: microseconds since the Unix epoch, so that a recreated

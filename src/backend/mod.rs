@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, Target};
-use crate::exit::Usage;
+use crate::exit::{Busy, Usage};
 use crate::signals::Interrupt;
 
 /// When to stop waiting for a busy lock.
@@ -158,6 +158,23 @@ pub struct Request<'a> {
     /// Told who holds the lock whenever the backend learns it while waiting (for the progress
     /// line); called on the waiting thread.
     pub on_holder: &'a dyn Fn(&Holder),
+}
+
+impl Request<'_> {
+    /// Whether the wait is over: a `--no-wait` try, or a `--wait` that ran out.
+    pub fn waited_out(&self) -> bool {
+        self.deadline.remaining().is_some_and(|d| d.is_zero())
+    }
+
+    /// The error for a lock still busy when the wait is over, naming the holder if known.
+    pub fn busy(&self, holder: Option<&Holder>) -> anyhow::Error {
+        let waited = self.deadline != Deadline::Now;
+        Busy {
+            holder: holder.map(Holder::short),
+            waited,
+        }
+        .into()
+    }
 }
 
 /// A lock backend. Implementations are used from the main thread only; a held lock lives on as a

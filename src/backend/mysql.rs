@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 use super::{Backend, Holder, Lease, RenewError, Request, Status};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, redact};
-use crate::exit::{Busy, Interrupted, Unavailable, Usage};
+use crate::exit::{Interrupted, Unavailable, Usage};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
@@ -277,16 +277,13 @@ impl Backend for MysqlBackend {
             let holder = self
                 .holder_row(&mut con, &name)
                 .and_then(|(_, h, _)| serde_json::from_str::<Holder>(&h).ok());
-            let Some(slice) = req.deadline.remaining().map_or(Some(MAX_SLICE), |d| {
-                (!d.is_zero()).then(|| d.min(MAX_SLICE))
-            }) else {
-                let waited = req.deadline != super::Deadline::Now;
-                return Err(Busy {
-                    holder: holder.map(|h| h.short()),
-                    waited,
-                }
-                .into());
-            };
+            if req.waited_out() {
+                return Err(req.busy(holder.as_ref()));
+            }
+            let slice = req
+                .deadline
+                .remaining()
+                .map_or(MAX_SLICE, |d| d.min(MAX_SLICE));
             if !told_holder {
                 if let Some(h) = &holder {
                     (req.on_holder)(h);

@@ -20,10 +20,10 @@ use std::time::Duration;
 use anyhow::Context;
 use redis::{Client, Connection, Script};
 
-use super::{Backend, Deadline, Holder, Lease, RenewError, Request, Status};
+use super::{Backend, Holder, Lease, RenewError, Request, Status};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, redact};
-use crate::exit::{Busy, Interrupted, Unavailable, Usage};
+use crate::exit::{Interrupted, Unavailable, Usage};
 
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub(super) const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
@@ -280,18 +280,13 @@ impl Backend for RedisBackend {
                     acquired_at: sent,
                 }));
             }
-            let remaining = req.deadline.remaining();
-            if remaining.is_some_and(|d| d.is_zero()) {
-                let holder = self.holder(&mut con, &keys).map(|h| h.short());
+            if req.waited_out() {
+                let holder = self.holder(&mut con, &keys);
                 let _: redis::RedisResult<i64> = redis::cmd("ZREM")
                     .arg(&keys.waiters)
                     .arg(&token)
                     .query(&mut con);
-                return Err(Busy {
-                    holder,
-                    waited: req.deadline != Deadline::Now,
-                }
-                .into());
+                return Err(req.busy(holder.as_ref()));
             }
             if !told_holder {
                 if let Some(h) = self.holder(&mut con, &keys) {

@@ -19,7 +19,7 @@ use super::redis::{
 use super::{Backend, Holder, Lease, RenewError, Request, Status};
 use crate::clock::{BootInstant, drift_margin};
 use crate::config::{BackendKind, Key};
-use crate::exit::{Busy, Interrupted, Unavailable, Usage};
+use crate::exit::{Interrupted, Unavailable, Usage};
 
 /// Why there is no fencing token, for `status`.
 const NO_FENCING: &str = "Redlock hands out no fencing token: independent masters cannot agree \
@@ -215,7 +215,7 @@ impl Backend for Redlock {
             }
             let holder = self.holder(&mut slots, &keys, timeout);
             let remaining = req.deadline.remaining();
-            if remaining.is_some_and(|d| d.is_zero()) {
+            if req.waited_out() {
                 parallel(&mut slots, |slot| {
                     slot.with(timeout, |c| {
                         redis::cmd("ZREM")
@@ -224,12 +224,7 @@ impl Backend for Redlock {
                             .query::<i64>(c)
                     })
                 });
-                let waited = req.deadline != super::Deadline::Now;
-                return Err(Busy {
-                    holder: holder.map(|h| h.short()),
-                    waited,
-                }
-                .into());
+                return Err(req.busy(holder.as_ref()));
             }
             if !told_holder {
                 if let Some(h) = &holder {
