@@ -45,7 +45,9 @@ pub fn deadline_after(sent: BootInstant, ttl: Duration) -> BootInstant {
 
 impl Keeper {
     /// Takes charge of `lease`; events (renewals, loss) will go to the supervisor.
-    pub fn new(lease: Box<dyn Lease>, events: Events) -> Keeper {
+    pub fn new(mut lease: Box<dyn Lease>, events: Events) -> Keeper {
+        let tell = events.clone();
+        lease.watch_loss(Box::new(move |why| tell.send(Event::Lost(why))));
         Keeper {
             state: State::Idle(lease),
             events,

@@ -165,9 +165,22 @@ pub fn status_text(s: &Status) -> String {
         if let Some(t) = h.fencing_token {
             out.push_str(&format!("    fencing token: {t}\n"));
         }
+        if let Some(session) = &h.session {
+            out.push_str(&format!("    session: {session}\n"));
+        }
     }
     if let Some(w) = s.waiters {
         out.push_str(&format!("  waiting: {w}\n"));
+    }
+    for (i, w) in s.queue.iter().enumerate() {
+        out.push_str(&format!("    {}. {}", i + 1, w.short()));
+        if let Some(d) = w.held_for() {
+            out.push_str(&format!(", waiting {}", short_duration(d)));
+        }
+        if let Some(session) = &w.session {
+            out.push_str(&format!(", session {session}"));
+        }
+        out.push('\n');
     }
     for n in &s.notes {
         out.push_str(&format!("  note: {n}\n"));

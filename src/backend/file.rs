@@ -315,42 +315,18 @@ fn parse_url(url: &str) -> Result<PathBuf, Usage> {
     if path.contains(['?', '#']) {
         return Err(bad("query strings and fragments are not allowed"));
     }
-    let decoded = percent_decode(path).ok_or_else(|| bad("invalid %-escape"))?;
+    let decoded = super::percent_decode(path).ok_or_else(|| bad("invalid %-escape"))?;
     if decoded.contains(&0) {
         return Err(bad("the path must not contain NUL"));
     }
     Ok(PathBuf::from(OsStr::from_bytes(&decoded)))
 }
 
-fn percent_decode(s: &str) -> Option<Vec<u8>> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    Some(out)
-}
-
-/// The lock file's name for a key: bytes outside `[A-Za-z0-9_.-]` become `%XX` (a leading dot
-/// too, so no name is hidden, `.` or `..`); names that would grow too long keep a readable prefix
-/// and end in a SHA-256 of the key. Distinct keys always get distinct names.
+/// The lock file's name for a key: [`escape_key`](super::escape_key); names that would grow too
+/// long keep a readable prefix and end in a SHA-256 of the key. Distinct keys always get distinct
+/// names.
 pub fn file_name(key: &Key) -> String {
-    let mut name = String::new();
-    for (i, &b) in key.as_str().as_bytes().iter().enumerate() {
-        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0) {
-            name.push(b as char);
-        } else {
-            name.push_str(&format!("%{b:02X}"));
-        }
-    }
+    let mut name = super::escape_key(key);
     if name.len() > MAX_PLAIN_NAME {
         let mut cut = 100;
         while name.as_bytes()[cut - 1] == b'%' || name.as_bytes()[cut - 2] == b'%' {

@@ -10,6 +10,7 @@ pub mod file;
 pub mod mysql;
 pub mod redis;
 pub mod redlock;
+pub mod zookeeper;
 
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,7 @@ use serde::Serialize;
 
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, Target};
-use crate::exit::{Busy, Usage};
+use crate::exit::Busy;
 use crate::signals::Interrupt;
 
 /// When to stop waiting for a busy lock.
@@ -64,6 +65,10 @@ pub struct Holder {
     /// Lease time left on the server, in milliseconds; absent where the lease does not expire.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_left_ms: Option<u64>,
+    /// The server-side session or connection that holds (or waits), where the backend has one
+    /// ("0x1000004e2a90003" for a ZooKeeper session).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 impl Holder {
@@ -122,6 +127,9 @@ pub struct Status {
     /// How many wait, where the backend can tell.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiters: Option<u64>,
+    /// The waiters in the order they will get the lock, where the backend keeps a queue.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub queue: Vec<Holder>,
     /// Backend-specific remarks (e.g. why there is no fencing token).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -137,6 +145,7 @@ impl Status {
             held: false,
             holders: Vec::new(),
             waiters: None,
+            queue: Vec::new(),
             notes: Vec::new(),
         }
     }
@@ -234,9 +243,19 @@ pub trait Lease: Send {
 
     /// Releases the lock if it is still ours, and wakes one waiter. Consumes the lease.
     fn release(self: Box<Self>) -> anyhow::Result<()>;
+
+    /// For backends whose server tells them at once that a lease is gone (a ZooKeeper session
+    /// expiring, the lock node deleted): call `lost` with the reason when that happens, from any
+    /// thread, until the lease is released. Others are only checked by `renew`.
+    fn watch_loss(&mut self, lost: LossNotifier) {
+        let _ = lost;
+    }
 }
 
-/// Opens the backend a target names. Parses the backend's URL: a bad one is a [`Usage`] error.
+/// Told why a lease was lost; see [`Lease::watch_loss`].
+pub type LossNotifier = Box<dyn Fn(String) + Send + Sync>;
+
+/// Opens the backend a target names. Parses the backend's URL: a bad one is a [`Usage`](crate::exit::Usage) error.
 pub fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
     match target.kind {
         BackendKind::File => Ok(Box::new(file::FileBackend::open(&target.urls)?)),
@@ -245,12 +264,41 @@ pub fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
         }
         BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(&target.urls)?)),
         BackendKind::Mysql => Ok(Box::new(mysql::MysqlBackend::open(&target.urls)?)),
-        other => Err(Usage(format!(
-            "the {} backend is not built yet; use --backend file",
-            other.name()
-        ))
-        .into()),
+        BackendKind::Zookeeper => Ok(Box::new(zookeeper::ZkBackend::open(&target.urls)?)),
     }
+}
+
+/// A key as one path segment (a file name, a znode name): bytes outside `[A-Za-z0-9_.-]` become
+/// `%XX`, and so does a leading dot, so no name is hidden, `.` or `..`. Distinct keys get distinct
+/// segments, and `%` never stands for itself.
+pub fn escape_key(key: &Key) -> String {
+    let mut name = String::new();
+    for (i, &b) in key.as_str().as_bytes().iter().enumerate() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0) {
+            name.push(b as char);
+        } else {
+            name.push_str(&format!("%{b:02X}"));
+        }
+    }
+    name
+}
+
+/// Decodes `%XX` escapes (as in a URL's path or credentials); `None` for a malformed escape.
+pub fn percent_decode(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
 }
 
 /// This host's name, or "localhost" if it has none.

@@ -9,3 +9,4 @@ mod redis;
 mod redlock;
 mod servers;
 mod util;
+mod zookeeper;

@@ -105,6 +105,25 @@ impl TestBackend {
         }
     }
 
+    /// ZooKeeper at `url`. The lease is the session: the test servers allow 1 s and more.
+    pub fn zookeeper(url: &str) -> TestBackend {
+        let ttl = Duration::from_secs(2);
+        TestBackend {
+            name: "zookeeper",
+            args: vec![
+                "--backend".into(),
+                "zookeeper".into(),
+                "--url".into(),
+                url.into(),
+            ],
+            env: Vec::new(),
+            ttl,
+            // A deleted node is seen at once, by a watch.
+            notice: Duration::from_millis(300),
+            fencing: true,
+        }
+    }
+
     /// Redlock over several Redis masters.
     pub fn redlock(urls: &[String]) -> TestBackend {
         let mut args = vec!["--backend".to_string(), "redis".into()];

@@ -1,0 +1,305 @@
+//! The zookeeper backend against real ZooKeeper servers: the conformance suite on a shared
+//! server, and what only a server (or an ensemble) can do on servers of their own.
+
+use std::time::{Duration, Instant};
+
+use crate::conformance::wait_until_waiting;
+use crate::servers::{Zookeeper, shared_zookeeper};
+use crate::util::*;
+
+crate::conformance!(match shared_zookeeper() {
+    Some(zk) => TestBackend::zookeeper(&zk.url()),
+    None => return,
+});
+
+/// A holder whose command writes its pid to a marker and sleeps; returns (dlock, command pid).
+fn hold(b: &TestBackend, key: &str, extra: &[&str]) -> (Proc, i32) {
+    let dir = scratch("zk-hold");
+    let m = dir.join("pid");
+    let p = Proc::spawn(&mut b.run(
+        key,
+        extra,
+        &sh(&format!("echo $$ > {}; exec sleep 60", m.display())),
+    ));
+    let pid = wait_for_file(&m, Duration::from_secs(10)).parse().unwrap();
+    (p, pid)
+}
+
+/// A chroot no other test uses, so that a test can see every node it made.
+fn chroot(name: &str) -> String {
+    format!("/{}", unique_key(name))
+}
+
+/// Five waiters queued one after another get the lock in that order (each watches only its
+/// predecessor).
+#[test]
+fn waiters_get_the_lock_in_arrival_order() {
+    let Some(zk) = shared_zookeeper() else { return };
+    let b = TestBackend::zookeeper(&zk.url());
+    let key = unique_key("fifo");
+    let dir = scratch("fifo");
+    let order = dir.join("order");
+    let held = dir.join("held");
+    let mut h = Proc::spawn(&mut b.run(
+        &key,
+        &[],
+        &sh(&format!("echo > {}; read _x || true", held.display())),
+    ));
+    wait_for_file(&held, Duration::from_secs(10));
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        waiters.push(Proc::spawn(&mut b.run(
+            &key,
+            &[],
+            &sh(&format!("echo {i} >> {}", order.display())),
+        )));
+        wait_until_waiting(&b, &key, i + 1);
+    }
+    let s = b.status(&key);
+    let queued: Vec<i64> = s["queue"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["pid"].as_i64().unwrap())
+        .collect();
+    let spawned: Vec<i64> = waiters.iter().map(|w| w.pid() as i64).collect();
+    assert_eq!(queued, spawned, "status lists the queue in order: {s}");
+    h.close_stdin();
+    h.wait(Duration::from_secs(10));
+    for w in waiters {
+        let (out, _) = w.wait(Duration::from_secs(10));
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    let got = std::fs::read_to_string(&order).unwrap();
+    assert_eq!(got, "0\n1\n2\n3\n4\n");
+}
+
+/// The server stops answering (SIGSTOP) for longer than the session timeout: the command must be
+/// gone before the session could have expired on the server, and dlock exits 79.
+#[test]
+fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
+    let Some(zk) = Zookeeper::start() else { return };
+    let b = TestBackend {
+        ttl: Duration::from_millis(1500),
+        ..TestBackend::zookeeper(&zk.url())
+    };
+    let key = unique_key("paused");
+    // The grace is clamped to ttl/3 (500 ms), so SIGTERM comes 500 ms before the deadline.
+    let (p, child) = hold(&b, &key, &["--kill-grace", "5s"]);
+    zk.pause(0, true);
+    let paused = Instant::now();
+    let died = wait_until(Duration::from_secs(10), "the command to be stopped", || {
+        !alive(child)
+    });
+    let (out, exited) = {
+        let (out, _) = p.wait(Duration::from_secs(10));
+        (out, paused.elapsed())
+    };
+    zk.pause(0, false);
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(one_error_line(&out).contains("lost"), "{}", describe(&out));
+    // The last check was sent at most ttl/3 before the pause, so the session lives until at
+    // least pause + 1000 ms; dlock's deadline is at most pause + 1500 ms - margin, SIGTERM 500 ms
+    // earlier.
+    assert!(
+        died < Duration::from_millis(1050),
+        "the command outlived the session: {died:?}"
+    );
+    assert!(
+        died > Duration::from_millis(400),
+        "terminated before the session was in danger: {died:?}"
+    );
+    assert!(
+        exited < died + Duration::from_millis(300),
+        "dlock exited {exited:?} after the pause"
+    );
+}
+
+/// A 3-server ensemble: killing the server the holder is connected to moves the session to
+/// another one and the lock stays held (same session, same token); losing the quorum stops the
+/// command before the session could expire, exit 79.
+#[test]
+fn ensemble_keeps_the_lock_across_a_server_loss_and_stops_without_quorum() {
+    let Some(mut zk) = Zookeeper::ensemble() else {
+        return;
+    };
+    let b = TestBackend {
+        ttl: Duration::from_secs(3),
+        ..TestBackend::zookeeper(&zk.url())
+    };
+    let key = unique_key("ensemble");
+    let (p, child) = hold(&b, &key, &["--kill-grace", "1s"]);
+    let before = b.status(&key)["holders"][0].clone();
+    let session = before["session"].as_str().unwrap().to_string();
+    let mut on = None;
+    wait_until(Duration::from_secs(5), "the holder's server", || {
+        on = zk.member_with_session(&session);
+        on.is_some()
+    });
+    let first = on.unwrap();
+    zk.kill(first);
+    let killed = Instant::now();
+    let mut moved = None;
+    wait_until(b.ttl, "the session to move to another server", || {
+        moved = zk.member_with_session(&session);
+        moved.is_some()
+    });
+    // Held through more than a whole session timeout after the loss.
+    while killed.elapsed() < b.ttl + Duration::from_secs(1) {
+        assert!(alive(child), "the command was stopped after a server loss");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = b.status(&key)["holders"][0].clone();
+    assert_eq!(after["session"], before["session"], "{after}");
+    assert_eq!(after["fencing_token"], before["fencing_token"], "{after}");
+    // Now a second server goes: one of three is no quorum.
+    let second = moved.unwrap();
+    assert_ne!(second, first);
+    zk.kill(second);
+    let lost = Instant::now();
+    let (out, _) = p.wait(b.ttl + Duration::from_secs(5));
+    let took = lost.elapsed();
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(!alive(child));
+    assert!(
+        took < b.ttl + Duration::from_millis(300),
+        "stopped after {took:?}"
+    );
+}
+
+/// Runs, waits that time out, --no-wait conflicts, interrupted waiters and breaks leave no node
+/// behind (the key's node goes too, at once or by the server's container reaper).
+#[test]
+fn nothing_is_left_behind() {
+    let Some(zk) = shared_zookeeper() else { return };
+    let root = chroot("clean");
+    let b = TestBackend::zookeeper(&format!("{}{root}", zk.url()));
+    let key = unique_key("clean");
+    run_ok(&mut b.run(&key, &[], &["true"]));
+    assert_eq!(zk.children(&format!("{root}/dlock")), Vec::<String>::new());
+    let dir = scratch("clean");
+    let held = dir.join("held");
+    let mut h = Proc::spawn(&mut b.run(
+        &key,
+        &[],
+        &sh(&format!("echo > {}; read _x || true", held.display())),
+    ));
+    wait_for_file(&held, Duration::from_secs(10));
+    assert_eq!(
+        output(&mut b.run(&key, &["--no-wait"], &["true"]))
+            .status
+            .code(),
+        Some(75)
+    );
+    let out = output(&mut b.run(&key, &["--wait", "300ms"], &["true"]));
+    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+    let w = Proc::spawn(&mut b.run(&key, &[], &["true"]));
+    wait_until_waiting(&b, &key, 1);
+    w.signal(libc::SIGINT);
+    assert_eq!(w.wait(Duration::from_secs(5)).0.status.code(), Some(130));
+    let lock_nodes = zk.children(&format!("{root}/dlock/{key}"));
+    assert_eq!(
+        lock_nodes.len(),
+        1,
+        "only the holder's node: {lock_nodes:?}"
+    );
+    assert!(
+        lock_nodes[0].starts_with("_c_") && lock_nodes[0].contains("-lock-"),
+        "Curator's protected name: {lock_nodes:?}"
+    );
+    h.close_stdin();
+    h.wait(Duration::from_secs(10));
+    assert_eq!(zk.children(&format!("{root}/dlock")), Vec::<String>::new());
+    // A broken holder exits without deleting anything; its key's node is a container.
+    let (p, _) = hold(&b, &key, &[]);
+    run_ok(b.cmd("break").args(["-k", &key]));
+    assert_eq!(p.wait(Duration::from_secs(5)).0.status.code(), Some(79));
+    wait_until(Duration::from_secs(5), "the key's node to go", || {
+        zk.children(&format!("{root}/dlock")).is_empty()
+    });
+}
+
+/// Digest credentials from DLOCK_URL: the key's nodes are theirs alone (others cannot see, take or
+/// break the lock, exit 69, one line), other keys stay open to others, no password is printed.
+#[test]
+fn digest_credentials_guard_the_key_and_are_never_printed() {
+    let Some(zk) = shared_zookeeper() else { return };
+    let root = chroot("digest");
+    let hosts = zk.hosts();
+    let as_user = |user: &str| TestBackend {
+        args: vec!["--backend".into(), "zk".into()],
+        env: vec![("DLOCK_URL".into(), format!("zk://{user}@{hosts}{root}"))],
+        ..TestBackend::zookeeper("")
+    };
+    let alice = as_user("alice:alice-pw");
+    let key = unique_key("digest");
+    let (p, _) = hold(&alice, &key, &[]);
+    let s = alice.status(&key);
+    assert_eq!(s["held"], true, "{s}");
+    assert!(!s.to_string().contains("alice-pw"), "{s}");
+    let anonymous = TestBackend::zookeeper(&format!("zk://{hosts}{root}"));
+    for b in [
+        &anonymous,
+        &as_user("alice:wrong-pw"),
+        &as_user("bob:bob-pw"),
+    ] {
+        let mut status = b.cmd("status");
+        let mut brk = b.cmd("break");
+        for c in [
+            status.args(["-k", &key]),
+            brk.args(["-k", &key]),
+            &mut b.run(&key, &["--no-wait"], &["true"]),
+        ] {
+            let out = output(c);
+            assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
+            let line = one_error_line(&out);
+            assert!(line.contains("not authorized"), "{line}");
+            assert!(!line.contains("-pw"), "{line}");
+        }
+        // Other keys are open to anyone.
+        run_ok(&mut b.run(&unique_key("other"), &[], &["true"]));
+    }
+    assert_eq!(alice.status(&key)["held"], true);
+    p.signal(libc::SIGTERM);
+    p.wait(Duration::from_secs(5));
+    assert!(alice.is_free(&key));
+}
+
+/// Nobody listening, and a server that accepts but never answers: one line, exit 69, quickly.
+#[test]
+fn unreachable_and_black_holed_servers_fail_within_seconds() {
+    let port = crate::servers::free_port();
+    let b = TestBackend::zookeeper(&format!("zk://127.0.0.1:{port}"));
+    let started = Instant::now();
+    let out = output(&mut b.run(&unique_key("unreachable"), &[], &["true"]));
+    assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
+    assert!(
+        one_error_line(&out).contains("cannot connect"),
+        "{}",
+        describe(&out)
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let Some(zk) = Zookeeper::start() else { return };
+    let b = TestBackend::zookeeper(&zk.url());
+    zk.pause(0, true);
+    let started = Instant::now();
+    let out = output(&mut b.run(&unique_key("blackhole"), &[], &["true"]));
+    let took = started.elapsed();
+    zk.pause(0, false);
+    assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+}
+
+/// A --ttl below the server's minimum session timeout (1 s here) is raised by the server; dlock
+/// says so with -v and keeps the lease by the negotiated timeout.
+#[test]
+fn session_timeout_is_what_the_server_negotiates() {
+    let Some(zk) = shared_zookeeper() else { return };
+    let b = TestBackend {
+        ttl: Duration::from_millis(300),
+        ..TestBackend::zookeeper(&zk.url())
+    };
+    let out = run_ok(&mut b.run(&unique_key("negotiated"), &["-v"], &["sleep", "1.5"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("session timeout to 1s"), "{err}");
+}
