@@ -3,7 +3,7 @@
 //! - Layout: `[/chroot]/dlock/<escaped KEY>/_c_<uuid>-lock-<sequence>`, ephemeral-sequential
 //!   nodes with Curator's "protected" names (its InterProcessMutex uses the same `lock-` name, so a
 //!   Curator or kazoo client locking `/dlock/<escaped KEY>` shares the lock). The key's node is a
-//!   container (the server removes it once empty, and dlock deletes it on release when it is); a
+//!   container (the server removes it once empty); a
 //!   lock node's data is its holder's metadata (JSON).
 //! - Acquire: create our node, list the children, the lowest sequence holds. Any other waits on a
 //!   watch of its predecessor only (FIFO, no herd), and looks again when that one goes. A create
@@ -18,7 +18,8 @@
 //!   expired session or a deleted node is reported at once, by watches.
 //! - Fencing token: the lock node's czxid (64-bit, grows across the whole ensemble; the sequence
 //!   number is 32-bit and restarts with the parent).
-//! - Release: delete our node, then close the session, so the next waiter proceeds at once.
+//! - Release: delete our node, then close the session (both leave at once), so the next waiter
+//!   proceeds at once. The key's node is a container, left for the server to reap when empty.
 //! - Digest credentials (`zk://user:password@host`) are sent with `addauth digest`; the key's node
 //!   and its lock nodes are then `creator_all`: only that user can take, see or break those locks
 //!   (the chroot and `/dlock` stay open, see [`ZkBackend::make_parents`]). Without credentials
@@ -233,16 +234,24 @@ where
     }
 }
 
-/// Closes the session (the server deletes its ephemeral nodes at once and wakes their watchers)
-/// and waits briefly for the server to confirm.
-async fn close(client: Client) {
+/// Deletes `node` (if any) and closes the session (the server deletes its ephemeral nodes at
+/// once and wakes their watchers), waiting briefly for the server to confirm. The two requests
+/// leave together: one round trip.
+async fn close(client: Client, node: Option<&str>) {
     let mut states = client.state_watcher();
+    let deleted = node.map(|path| client.delete(path, None));
     drop(client);
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+        if let Some(deleted) = deleted {
+            let _ = deleted.await;
+        }
         while !states.changed().await.is_terminated() {}
     })
     .await;
 }
+
+/// A key's children, and when the request that listed them was sent.
+type Listing = (Vec<String>, BootInstant);
 
 /// A lock node we created and the state it was created in.
 struct OurNode {
@@ -354,6 +363,14 @@ impl ZkBackend {
     /// works on empty nodes), so that users with other credentials can lock other keys; the key's
     /// node and its lock nodes are the credentials' alone.
     async fn make_parents(&self, client: &Client, parent: &str) -> anyhow::Result<()> {
+        // Usually only the key's node is missing (it is a container: the server removes it
+        // when its last lock node goes).
+        let options = CreateMode::Container.with_acls(self.acls());
+        match retried(client, || client.create(parent, &[], &options)).await {
+            Ok(_) | Err(ZkError::NodeExists) => return Ok(()),
+            Err(ZkError::NoNode) => {}
+            Err(e) => return Err(self.fail(&format!("create {parent}"), e)),
+        }
         let mut path = String::new();
         let segments: Vec<&str> = parent.split('/').skip(1).collect();
         for (i, segment) in segments.iter().enumerate() {
@@ -379,18 +396,25 @@ impl ZkBackend {
         client: &Client,
         parent: &str,
         data: &[u8],
-    ) -> anyhow::Result<OurNode> {
+    ) -> anyhow::Result<(OurNode, Option<Listing>)> {
         let uuid = uuid_v4()?;
         let prefix = format!("{parent}/_c_{uuid}{LOCK_NAME}");
         let options = CreateMode::EphemeralSequential.with_acls(self.acls());
         let named = |seq: CreateSequence| format!("_c_{uuid}{LOCK_NAME}{seq}");
         for _ in 0..10 {
-            match op(client.create(&prefix, data, &options)).await {
+            // The listing is sent right behind the create, in one round trip: a session's
+            // requests are answered in order, so it includes our node.
+            let sent = BootInstant::now();
+            let created = client.create(&prefix, data, &options);
+            let listed = client.list_children(parent);
+            let (created, listed) = tokio::join!(op(created), op(listed));
+            match created {
                 Ok((stat, seq)) => {
-                    return Ok(OurNode {
+                    let node = OurNode {
                         name: named(seq),
                         stat,
-                    });
+                    };
+                    return Ok((node, listed.ok().map(|children| (children, sent))));
                 }
                 Err(ZkError::NoNode) => self.make_parents(client, parent).await?,
                 Err(ZkError::ConnectionLoss) => {
@@ -398,7 +422,7 @@ impl ZkBackend {
                         .await
                         .map_err(|e| self.fail("create a lock node", e))?;
                     if let Some(node) = self.find_ours(client, parent, &uuid).await? {
-                        return Ok(node);
+                        return Ok((node, None));
                     }
                 }
                 Err(e) => return Err(self.fail(&format!("create a lock node under {parent}"), e)),
@@ -454,23 +478,29 @@ impl ZkBackend {
         created: &mut Option<String>,
     ) -> anyhow::Result<(OurNode, BootInstant)> {
         let data = serde_json::to_vec(req.holder)?;
-        let mut ours = self.create_node(client, parent, &data).await?;
+        let (mut ours, mut listing) = self.create_node(client, parent, &data).await?;
         *created = Some(format!("{parent}/{}", ours.name));
         let notify = Arc::new(Notify::new());
         let mut guard = None;
         let mut told = None::<String>;
         loop {
-            let sent = BootInstant::now();
-            let queue = match retried(client, || client.list_children(parent)).await {
-                Ok(children) => lock_queue(children),
-                Err(ZkError::NoNode) => Vec::new(),
-                Err(e) => return Err(self.fail("list the lock's queue", e)),
+            let (children, sent) = match listing.take() {
+                Some(listed) => listed,
+                None => {
+                    let sent = BootInstant::now();
+                    match retried(client, || client.list_children(parent)).await {
+                        Ok(children) => (children, sent),
+                        Err(ZkError::NoNode) => (Vec::new(), sent),
+                        Err(e) => return Err(self.fail("list the lock's queue", e)),
+                    }
+                }
             };
+            let queue = lock_queue(children);
             let Some(pos) = queue.iter().position(|n| *n == ours.name) else {
                 // Our node is gone while we waited (`dlock break` deletes the holder's node):
                 // join the queue again.
                 crate::report::verbose(format_args!("our lock node vanished; queueing again"));
-                ours = self.create_node(client, parent, &data).await?;
+                (ours, listing) = self.create_node(client, parent, &data).await?;
                 *created = Some(format!("{parent}/{}", ours.name));
                 continue;
             };
@@ -555,7 +585,7 @@ impl ZkBackend {
         rt.block_on(async {
             let client = self.connect(ADMIN_SESSION).await?;
             let result = f(&client).await;
-            close(client).await;
+            close(client, None).await;
             result
         })
     }
@@ -587,13 +617,9 @@ impl Backend for ZkBackend {
             match self.contend(&client, &parent, req, &mut created).await {
                 Ok((ours, sent)) => Ok((client, ours, sent)),
                 Err(e) => {
-                    // Closing the session deletes our node anyway; deleting it first also lets
-                    // the key's node go if nobody else is queued.
-                    if let Some(path) = created {
-                        let _ = op(client.delete(&path, None)).await;
-                        let _ = op(client.delete(&parent, None)).await;
-                    }
-                    close(client).await;
+                    // Nothing stays queued: our node goes (closing the session would delete it
+                    // too), and the session.
+                    close(client, created.as_deref()).await;
                     Err(e)
                 }
             }
@@ -609,7 +635,6 @@ impl Backend for ZkBackend {
             session: client.session_id().0,
             fence: u64::try_from(ours.stat.czxid).unwrap_or_default(),
             path: format!("{parent}/{}", ours.name),
-            parent,
             client: Some(client),
             ttl,
             acquired_at: sent,
@@ -655,7 +680,6 @@ struct ZkLease {
     rt: Arc<Runtime>,
     client: Option<Client>,
     path: String,
-    parent: String,
     session: i64,
     fence: u64,
     /// The negotiated session timeout.
@@ -764,15 +788,9 @@ impl Lease for ZkLease {
         let Some(client) = self.client.take() else {
             return Ok(());
         };
-        let (path, parent) = (&self.path, &self.parent);
-        self.rt.block_on(async {
-            // Our own node, by version -1 (any): the waiter watching it proceeds at once.
-            let _ = op(client.delete(path, None)).await;
-            // The key's node is a container the server removes later; removing it now keeps the
-            // tree clean (it fails harmlessly if anyone still waits).
-            let _ = op(client.delete(parent, None)).await;
-            close(client).await;
-        });
+        // Our node goes first (the waiter watching it proceeds at once), then the session. The
+        // key's node is a container: the server removes it when it is left empty.
+        self.rt.block_on(close(client, Some(&self.path)));
         Ok(())
     }
 }

@@ -167,16 +167,20 @@ fn ensemble_keeps_the_lock_across_a_server_loss_and_stops_without_quorum() {
     );
 }
 
-/// Runs, waits that time out, --no-wait conflicts, interrupted waiters and breaks leave no node
-/// behind (the key's node goes too, at once or by the server's container reaper).
+/// Runs, waits that time out, --no-wait conflicts, interrupted waiters and breaks leave no lock
+/// node behind, and the key's node (a container) is reaped by the server once empty.
 #[test]
 fn nothing_is_left_behind() {
     let Some(zk) = shared_zookeeper() else { return };
     let root = chroot("clean");
     let b = TestBackend::zookeeper(&format!("{}{root}", zk.url()));
     let key = unique_key("clean");
+    let keys_left = || zk.children(&format!("{root}/dlock"));
     run_ok(&mut b.run(&key, &[], &["true"]));
-    assert_eq!(zk.children(&format!("{root}/dlock")), Vec::<String>::new());
+    // The key's node is a container: the server reaps it once empty (every second here).
+    wait_until(Duration::from_secs(5), "the key's node to go", || {
+        keys_left().is_empty()
+    });
     let dir = scratch("clean");
     let held = dir.join("held");
     let mut h = Proc::spawn(&mut b.run(
@@ -209,13 +213,16 @@ fn nothing_is_left_behind() {
     );
     h.close_stdin();
     h.wait(Duration::from_secs(10));
-    assert_eq!(zk.children(&format!("{root}/dlock")), Vec::<String>::new());
+    assert_eq!(
+        zk.children(&format!("{root}/dlock/{key}")),
+        Vec::<String>::new()
+    );
     // A broken holder exits without deleting anything; its key's node is a container.
     let (p, _) = hold(&b, &key, &[]);
     run_ok(b.cmd("break").args(["-k", &key]));
     assert_eq!(p.wait(Duration::from_secs(5)).0.status.code(), Some(79));
     wait_until(Duration::from_secs(5), "the key's node to go", || {
-        zk.children(&format!("{root}/dlock")).is_empty()
+        keys_left().is_empty()
     });
 }
 
