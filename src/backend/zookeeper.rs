@@ -422,8 +422,15 @@ impl ZkBackend {
                         .await
                         .map_err(|e| self.fail("create a lock node", e))?;
                     if let Some(node) = self.find_ours(client, parent, &uuid).await? {
+                        crate::report::verbose(format_args!(
+                            "the connection was lost during the create; found our node {}",
+                            node.name
+                        ));
                         return Ok((node, None));
                     }
+                    crate::report::verbose(format_args!(
+                        "the connection was lost during the create, which did not happen; again"
+                    ));
                 }
                 Err(e) => return Err(self.fail(&format!("create a lock node under {parent}"), e)),
             }

@@ -701,8 +701,8 @@ impl Zookeeper {
         }
     }
 
-    /// The children of `path` (empty if it does not exist), through a client of our own.
-    pub fn children(&self, path: &str) -> Vec<String> {
+    /// Runs `f` with a client of our own.
+    fn with_client<T>(&self, f: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_time()
@@ -714,11 +714,25 @@ impl Zookeeper {
                 .connect(&self.hosts())
                 .await
                 .expect("connect to zookeeper");
-            match client.list_children(path).await {
-                Ok(c) => c,
-                Err(zookeeper_client::Error::NoNode) => Vec::new(),
-                Err(e) => panic!("list {path}: {e}"),
-            }
+            f(&client).await
+        })
+    }
+
+    /// The children of `path` (empty if it does not exist).
+    pub fn children(&self, path: &str) -> Vec<String> {
+        self.with_client(async |client| match client.list_children(path).await {
+            Ok(c) => c,
+            Err(zookeeper_client::Error::NoNode) => Vec::new(),
+            Err(e) => panic!("list {path}: {e}"),
+        })
+    }
+
+    /// Creates `path` and its missing ancestors as persistent, open nodes.
+    pub fn mkdirs(&self, path: &str) {
+        use zookeeper_client::{Acls, CreateMode};
+        self.with_client(async |client| {
+            let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+            client.mkdir(path, &options).await.expect("mkdir");
         })
     }
 }

@@ -310,3 +310,106 @@ fn session_timeout_is_what_the_server_negotiates() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("session timeout to 1s"), "{err}");
 }
+
+/// A TCP proxy to `upstream` that, once, cuts the connection right after forwarding a request
+/// that creates a lock node — so the create happens on the server but its reply is lost.
+/// Returns the proxy's port and a flag that tells whether the cut happened.
+fn proxy_losing_a_create_reply(
+    upstream: u16,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let cut = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = cut.clone();
+    // Replies stop on the connection that is being cut (the only one open at that moment).
+    let flag_for_replies = |cut: &std::sync::Arc<AtomicBool>| {
+        let cut = cut.clone();
+        let at_start = cut.load(Ordering::SeqCst);
+        move || !at_start && cut.load(Ordering::SeqCst)
+    };
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let replies_stop = flag_for_replies(&cut);
+            let cut = cut.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = c_in.read(&mut buf) {
+                    let chunk = &buf[..n];
+                    let creates = chunk.windows(6).any(|w| w == b"-lock-")
+                        && chunk.windows(3).any(|w| w == b"_c_");
+                    // From here on, nothing more reaches the client on this connection.
+                    let cutting = creates && !cut.swap(true, Ordering::SeqCst);
+                    if n == 0 || s_out.write_all(chunk).is_err() {
+                        break;
+                    }
+                    if cutting {
+                        // Let the server apply it, then lose the reply.
+                        std::thread::sleep(Duration::from_millis(200));
+                        let _ = c_in.shutdown(Shutdown::Both);
+                        let _ = s_out.shutdown(Shutdown::Both);
+                        break;
+                    }
+                }
+            });
+            let (mut s_in, mut c_out) = (server, client);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = s_in.read(&mut buf) {
+                    if n == 0 || replies_stop() || c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (port, flag)
+}
+
+/// The connection drops after the create reached the server but before its reply came back:
+/// dlock finds its own node (by its uuid, owned by its session) instead of creating a second
+/// one, and holds the lock with exactly one node (CURATOR-498).
+#[test]
+fn a_create_whose_reply_is_lost_leaves_no_duplicate_node() {
+    let Some(zk) = shared_zookeeper() else { return };
+    let (port, cut) = proxy_losing_a_create_reply(zk.members[0].port);
+    let root = chroot("lost-reply");
+    let b = TestBackend {
+        ttl: Duration::from_secs(4),
+        ..TestBackend::zookeeper(&format!("zk://127.0.0.1:{port}{root}"))
+    };
+    // The parents first (persistent: never reaped), so that the first create is the lock node's.
+    zk.mkdirs(&format!("{root}/dlock/k"));
+    assert!(!cut.load(std::sync::atomic::Ordering::SeqCst));
+    let dir = scratch("lost-reply");
+    let held = dir.join("held");
+    let mut h = Proc::spawn(&mut b.run(
+        "k",
+        &["-v"],
+        &sh(&format!("echo > {}; read _x || true", held.display())),
+    ));
+    wait_for_file(&held, Duration::from_secs(10));
+    assert!(
+        cut.load(std::sync::atomic::Ordering::SeqCst),
+        "the proxy never cut"
+    );
+    let nodes = zk.children(&format!("{root}/dlock/k"));
+    assert_eq!(nodes.len(), 1, "one lock node, ours: {nodes:?}");
+    h.close_stdin();
+    let (out, _) = h.wait(Duration::from_secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("found our node"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(
+        zk.children(&format!("{root}/dlock/k")),
+        Vec::<String>::new()
+    );
+}
