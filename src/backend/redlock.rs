@@ -126,6 +126,9 @@ fn pause(d: Duration, interrupt: &crate::signals::Interrupt) -> std::io::Result<
         *waker.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
         waker.1.notify_all();
     })?;
+    if interrupt.fired().is_some() {
+        return Ok(()); // fired before the waker was registered
+    }
     let fired = pair.0.lock().unwrap_or_else(|e| e.into_inner());
     let _ = pair.1.wait_timeout_while(fired, d, |f| !*f);
     Ok(())
