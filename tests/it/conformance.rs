@@ -430,6 +430,44 @@ pub fn interrupt_while_waiting_leaves_nothing_behind(b: &TestBackend) {
     }
 }
 
+/// For the server backends, on a server of the test's own that `pause(true)` stops (SIGSTOP) and
+/// `pause(false)` resumes, with `b.ttl` = 1500 ms: the server stops answering for longer than
+/// the TTL, and the command must be gone before the lease could have run out on the server;
+/// dlock exits 79 at once, without waiting for a renewal stuck on the dead server.
+pub fn paused_server_stops_the_command_in_time(b: &TestBackend, pause: impl Fn(bool)) {
+    assert_eq!(b.ttl, Duration::from_millis(1500));
+    let key = unique_key("paused");
+    // The grace is clamped to ttl/3 (500 ms), so SIGTERM comes 500 ms before the deadline.
+    let (p, child) = b.hold(&key, &["--kill-grace", "5s"]);
+    pause(true);
+    let paused = Instant::now();
+    let died = wait_until(Duration::from_secs(10), "the command to be stopped", || {
+        !alive(child)
+    });
+    let (out, exited) = {
+        let (out, _) = p.wait(Duration::from_secs(10));
+        (out, paused.elapsed())
+    };
+    pause(false);
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(one_error_line(&out).contains("lost"), "{}", describe(&out));
+    // The last renewal was sent at most ttl/3 before the pause, so the lease lives on the server
+    // until at least pause + 1000 ms; dlock's deadline is at most pause + 1500 ms - margin,
+    // SIGTERM 500 ms earlier, and `sleep` dies of SIGTERM.
+    assert!(
+        died < Duration::from_millis(1050),
+        "the command outlived the lease: {died:?}"
+    );
+    assert!(
+        died > Duration::from_millis(400),
+        "terminated before the lease was in danger: {died:?}"
+    );
+    assert!(
+        exited < died + Duration::from_millis(300),
+        "dlock exited {exited:?} after the pause"
+    );
+}
+
 /// Waits until the backend reports at least `n` waiters on `key`.
 pub fn wait_until_waiting(b: &TestBackend, key: &str, n: u64) {
     wait_until(Duration::from_secs(10), "the waiter to be queued", || {

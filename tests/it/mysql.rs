@@ -10,26 +10,13 @@ crate::conformance!(match shared_mariadb() {
     None => return,
 });
 
-/// A holder whose command writes its pid to a marker and sleeps; returns (dlock, command pid).
-fn hold(b: &TestBackend, key: &str) -> (Proc, i32) {
-    let dir = scratch("mysql-hold");
-    let m = dir.join("pid");
-    let p = Proc::spawn(&mut b.run(
-        key,
-        &[],
-        &sh(&format!("echo $$ > {}; exec sleep 30", m.display())),
-    ));
-    let pid = wait_for_file(&m, Duration::from_secs(10)).parse().unwrap();
-    (p, pid)
-}
-
 /// The holder's connection is KILLed on the server: noticed at the next ping (ttl/3), exit 79.
 #[test]
 fn killed_holder_connection_is_noticed_within_a_third_of_the_ttl() {
     let Some(m) = shared_mariadb() else { return };
     let b = TestBackend::mysql(&m.url());
     let key = unique_key("killed");
-    let (p, child) = hold(&b, &key);
+    let (p, child) = b.hold(&key, &[]);
     let name = dlock_cli::backend::mysql::lock_name(&dlock_cli::config::Key::new(&key).unwrap());
     let id = m.sql(&format!("SELECT IS_USED_LOCK('{name}')"));
     m.sql(&format!("KILL {id}"));
@@ -50,7 +37,7 @@ fn holder_killed_frees_the_lock_at_once() {
     let Some(m) = shared_mariadb() else { return };
     let b = TestBackend::mysql(&m.url());
     let key = unique_key("kill9-now");
-    let (p, _) = hold(&b, &key);
+    let (p, _) = b.hold(&key, &[]);
     p.signal(libc::SIGKILL);
     p.wait(Duration::from_secs(5));
     let took = wait_until(Duration::from_secs(2), "the lock to be free", || {
@@ -91,8 +78,7 @@ fn long_and_case_different_keys_are_different_locks() {
     }
 }
 
-/// The server stops answering for longer than the TTL: the command is stopped before the lease
-/// could run out, and dlock exits 79.
+/// The server stops answering (SIGSTOP) for longer than the TTL.
 #[test]
 fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
     let Some(server) = Mariadb::start() else {
@@ -102,23 +88,7 @@ fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
         ttl: Duration::from_millis(1500),
         ..TestBackend::mysql(&server.url())
     };
-    let key = unique_key("paused");
-    let (p, child) = hold(&b, &key);
-    server.pause(true);
-    let died = wait_until(Duration::from_secs(10), "the command to be stopped", || {
-        !alive(child)
-    });
-    let (out, _) = p.wait(Duration::from_secs(10));
-    server.pause(false);
-    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
-    assert!(
-        died < Duration::from_millis(1050),
-        "the command outlived the lease: {died:?}"
-    );
-    assert!(
-        died > Duration::from_millis(400),
-        "terminated before the lease was in danger: {died:?}"
-    );
+    crate::conformance::paused_server_stops_the_command_in_time(&b, |on| server.pause(on));
 }
 
 /// Without the privilege to create the metadata table, a clear error, not a crash.

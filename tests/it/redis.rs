@@ -12,21 +12,7 @@ crate::conformance!(match shared_redis() {
     None => return,
 });
 
-/// A holder whose command writes its pid to a marker and sleeps; returns (dlock, command pid).
-fn hold(b: &TestBackend, key: &str, extra: &[&str]) -> (Proc, i32) {
-    let dir = scratch("redis-hold");
-    let m = dir.join("pid");
-    let p = Proc::spawn(&mut b.run(
-        key,
-        extra,
-        &sh(&format!("echo $$ > {}; exec sleep 30", m.display())),
-    ));
-    let pid = wait_for_file(&m, Duration::from_secs(10)).parse().unwrap();
-    (p, pid)
-}
-
-/// The server stops answering (SIGSTOP) for longer than the TTL: the command must be gone before
-/// the lease could have expired on the server, and dlock exits 79.
+/// The server stops answering (SIGSTOP) for longer than the TTL.
 #[test]
 fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
     let Some(server) = Redis::start(&[]) else {
@@ -36,37 +22,7 @@ fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
         ttl: Duration::from_millis(1500),
         ..TestBackend::redis(&server.url())
     };
-    let key = unique_key("paused");
-    // The grace is clamped to ttl/3 (500 ms), so SIGTERM comes 500 ms before the deadline.
-    let (p, child) = hold(&b, &key, &["--kill-grace", "5s"]);
-    server.pause(true);
-    let paused = Instant::now();
-    let died = wait_until(Duration::from_secs(10), "the command to be stopped", || {
-        !alive(child)
-    });
-    let (out, exited) = {
-        let (out, _) = p.wait(Duration::from_secs(10));
-        (out, paused.elapsed())
-    };
-    server.pause(false);
-    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
-    assert!(one_error_line(&out).contains("lost"), "{}", describe(&out));
-    // The last renewal was sent at most ttl/3 before the pause, so the server's key lives until at
-    // least pause + 1000 ms; dlock's deadline is at most pause + 1500 ms - margin, SIGTERM 500 ms
-    // earlier, and `sleep` dies of SIGTERM.
-    assert!(
-        died < Duration::from_millis(1050),
-        "the command outlived the lease: {died:?}"
-    );
-    assert!(
-        died > Duration::from_millis(400),
-        "terminated before the lease was in danger: {died:?}"
-    );
-    // dlock does not wait for a renewal stuck on the dead server before it exits.
-    assert!(
-        exited < died + Duration::from_millis(300),
-        "dlock exited {exited:?} after the pause"
-    );
+    crate::conformance::paused_server_stops_the_command_in_time(&b, |on| server.pause(on));
 }
 
 /// Someone deletes the lock key: the holder's next renewal sees it and stops the command.
@@ -75,7 +31,7 @@ fn lock_deleted_behind_the_holders_back_is_lost() {
     let Some(url) = shared_redis() else { return };
     let b = TestBackend::redis(&url);
     let key = unique_key("deleted");
-    let (p, child) = hold(&b, &key, &[]);
+    let (p, child) = b.hold(&key, &[]);
     let port = url.rsplit(':').next().unwrap();
     let out = std::process::Command::new("redis-cli")
         .args(["-p", port, "DEL", &format!("dlock:{{{key}}}")])
@@ -101,7 +57,7 @@ fn server_restart_without_persistence_loses_the_lock() {
     };
     let b = TestBackend::redis(&server.url());
     let key = unique_key("restart");
-    let (p, child) = hold(&b, &key, &[]);
+    let (p, child) = b.hold(&key, &[]);
     let token_before = b.status(&key)["holders"][0]["fencing_token"]
         .as_u64()
         .unwrap();

@@ -157,6 +157,17 @@ impl TestBackend {
         c
     }
 
+    /// Starts a holder whose command writes its pid to a marker and sleeps; returns (dlock, the
+    /// command's pid) once the command runs.
+    pub fn hold(&self, key: &str, extra: &[&str]) -> (Proc, i32) {
+        let dir = scratch("hold");
+        let m = dir.join("pid");
+        let script = format!("echo $$ > {}; exec sleep 60", m.display());
+        let p = Proc::spawn(&mut self.run(key, extra, &sh(&script)));
+        let pid = wait_for_file(&m, Duration::from_secs(10)).parse().unwrap();
+        (p, pid)
+    }
+
     /// `dlock status --json` parsed.
     pub fn status(&self, key: &str) -> serde_json::Value {
         let out = run_ok(self.cmd("status").args(["-k", key, "--json"]));

@@ -12,19 +12,6 @@ crate::conformance!(match shared_zookeeper() {
     None => return,
 });
 
-/// A holder whose command writes its pid to a marker and sleeps; returns (dlock, command pid).
-fn hold(b: &TestBackend, key: &str, extra: &[&str]) -> (Proc, i32) {
-    let dir = scratch("zk-hold");
-    let m = dir.join("pid");
-    let p = Proc::spawn(&mut b.run(
-        key,
-        extra,
-        &sh(&format!("echo $$ > {}; exec sleep 60", m.display())),
-    ));
-    let pid = wait_for_file(&m, Duration::from_secs(10)).parse().unwrap();
-    (p, pid)
-}
-
 /// A chroot no other test uses, so that a test can see every node it made.
 fn chroot(name: &str) -> String {
     format!("/{}", unique_key(name))
@@ -74,8 +61,7 @@ fn waiters_get_the_lock_in_arrival_order() {
     assert_eq!(got, "0\n1\n2\n3\n4\n");
 }
 
-/// The server stops answering (SIGSTOP) for longer than the session timeout: the command must be
-/// gone before the session could have expired on the server, and dlock exits 79.
+/// The server stops answering (SIGSTOP) for longer than the session timeout.
 #[test]
 fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
     let Some(zk) = Zookeeper::start() else { return };
@@ -83,36 +69,7 @@ fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
         ttl: Duration::from_millis(1500),
         ..TestBackend::zookeeper(&zk.url())
     };
-    let key = unique_key("paused");
-    // The grace is clamped to ttl/3 (500 ms), so SIGTERM comes 500 ms before the deadline.
-    let (p, child) = hold(&b, &key, &["--kill-grace", "5s"]);
-    zk.pause(0, true);
-    let paused = Instant::now();
-    let died = wait_until(Duration::from_secs(10), "the command to be stopped", || {
-        !alive(child)
-    });
-    let (out, exited) = {
-        let (out, _) = p.wait(Duration::from_secs(10));
-        (out, paused.elapsed())
-    };
-    zk.pause(0, false);
-    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
-    assert!(one_error_line(&out).contains("lost"), "{}", describe(&out));
-    // The last check was sent at most ttl/3 before the pause, so the session lives until at
-    // least pause + 1000 ms; dlock's deadline is at most pause + 1500 ms - margin, SIGTERM 500 ms
-    // earlier.
-    assert!(
-        died < Duration::from_millis(1050),
-        "the command outlived the session: {died:?}"
-    );
-    assert!(
-        died > Duration::from_millis(400),
-        "terminated before the session was in danger: {died:?}"
-    );
-    assert!(
-        exited < died + Duration::from_millis(300),
-        "dlock exited {exited:?} after the pause"
-    );
+    crate::conformance::paused_server_stops_the_command_in_time(&b, |on| zk.pause(0, on));
 }
 
 /// A 3-server ensemble: killing the server the holder is connected to moves the session to
@@ -128,7 +85,7 @@ fn ensemble_keeps_the_lock_across_a_server_loss_and_stops_without_quorum() {
         ..TestBackend::zookeeper(&zk.url())
     };
     let key = unique_key("ensemble");
-    let (p, child) = hold(&b, &key, &["--kill-grace", "1s"]);
+    let (p, child) = b.hold(&key, &["--kill-grace", "1s"]);
     let before = b.status(&key)["holders"][0].clone();
     let session = before["session"].as_str().unwrap().to_string();
     let mut on = None;
@@ -218,7 +175,7 @@ fn nothing_is_left_behind() {
         Vec::<String>::new()
     );
     // A broken holder exits without deleting anything; its key's node is a container.
-    let (p, _) = hold(&b, &key, &[]);
+    let (p, _) = b.hold(&key, &[]);
     run_ok(b.cmd("break").args(["-k", &key]));
     assert_eq!(p.wait(Duration::from_secs(5)).0.status.code(), Some(79));
     wait_until(Duration::from_secs(5), "the key's node to go", || {
@@ -240,7 +197,7 @@ fn digest_credentials_guard_the_key_and_are_never_printed() {
     };
     let alice = as_user("alice:alice-pw");
     let key = unique_key("digest");
-    let (p, _) = hold(&alice, &key, &[]);
+    let (p, _) = alice.hold(&key, &[]);
     let s = alice.status(&key);
     assert_eq!(s["held"], true, "{s}");
     assert!(!s.to_string().contains("alice-pw"), "{s}");
