@@ -586,6 +586,18 @@ impl ZkBackend {
         Ok((parent, queue))
     }
 
+    /// The status a key's queue (holder first) makes.
+    fn status_of(&self, key: &Key, parent: &str, mut queue: Vec<(String, Holder)>) -> Status {
+        let location = format!("{} (node {parent})", self.addr);
+        let mut status = Status::new(key, self.kind(), location);
+        status.held = !queue.is_empty();
+        status.waiters = Some(queue.len().saturating_sub(1) as u64);
+        let rest = queue.split_off(queue.len().min(1));
+        status.holders = queue.into_iter().map(|(_, h)| h).collect();
+        status.queue = rest.into_iter().map(|(_, h)| h).collect();
+        status
+    }
+
     /// Runs `f` with a short session on this backend's runtime, and closes it.
     fn admin<T>(&self, f: impl AsyncFnOnce(&Client) -> anyhow::Result<T>) -> anyhow::Result<T> {
         let rt = self.runtime()?;
@@ -652,22 +664,14 @@ impl Backend for ZkBackend {
     }
 
     fn status(&self, key: &Key) -> anyhow::Result<Status> {
-        let (parent, mut queue) = self.admin(async |client| self.queue_of(client, key).await)?;
-        let location = format!("{} (node {parent})", self.addr);
-        let mut status = Status::new(key, self.kind(), location);
-        status.held = !queue.is_empty();
-        status.waiters = Some(queue.len().saturating_sub(1) as u64);
-        let mut rest = queue.split_off(queue.len().min(1));
-        status.holders = queue.into_iter().map(|(_, h)| h).collect();
-        status.queue = rest.drain(..).map(|(_, h)| h).collect();
-        Ok(status)
+        let (parent, queue) = self.admin(async |client| self.queue_of(client, key).await)?;
+        Ok(self.status_of(key, &parent, queue))
     }
 
     /// Deletes the holder's node (the holder sees it go and stops its command); waiters keep
-    /// their places, and the first of them gets the lock.
+    /// their places, and the first of them gets the lock. One session reads and deletes.
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
-        let status = self.status(key)?;
-        self.admin(async |client| {
+        let (parent, queue) = self.admin(async |client| {
             let (parent, queue) = self.queue_of(client, key).await?;
             if let Some((name, _)) = queue.first() {
                 let path = format!("{parent}/{name}");
@@ -676,9 +680,9 @@ impl Backend for ZkBackend {
                     Err(e) => return Err(self.fail(&format!("delete {path}"), e)),
                 }
             }
-            Ok(())
+            Ok((parent, queue))
         })?;
-        Ok(status)
+        Ok(self.status_of(key, &parent, queue))
     }
 }
 

@@ -45,14 +45,6 @@ fn marker(dir: &std::path::Path, name: &str) -> String {
     dir.join(name).display().to_string()
 }
 
-/// Starts a holder whose command writes its pid (and token) to `m`, then waits for stdin EOF.
-fn holder(b: &TestBackend, key: &str, m: &str) -> Proc {
-    let script = format!("echo \"$$ $DLOCK_FENCING_TOKEN\" > {m}; read _x || true");
-    let p = Proc::spawn(&mut b.run(key, &[], &sh(&script)));
-    wait_for_file(std::path::Path::new(m), Duration::from_secs(10));
-    p
-}
-
 pub fn exit_code_is_the_commands(b: &TestBackend) {
     let key = unique_key("exit-code");
     run_code(&mut b.run(&key, &[], &sh("exit 0")), 0);
@@ -114,7 +106,7 @@ pub fn unrunnable_command_is_126_or_127_and_frees_the_lock(b: &TestBackend) {
 pub fn no_wait_gives_the_conflict_code(b: &TestBackend) {
     let key = unique_key("no-wait");
     let dir = scratch("no-wait");
-    let mut h = holder(b, &key, &marker(&dir, "held"));
+    let mut h = b.holding(&key, &[], std::path::Path::new(&marker(&dir, "held")));
     let out = run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
     let line = one_error_line(&out);
     assert!(line.contains(b.name) && line.contains("busy"), "{line}");
@@ -134,7 +126,7 @@ pub fn no_wait_gives_the_conflict_code(b: &TestBackend) {
 pub fn wait_gives_up_after_its_duration(b: &TestBackend) {
     let key = unique_key("wait-timeout");
     let dir = scratch("wait-timeout");
-    let _h = holder(b, &key, &marker(&dir, "held"));
+    let _h = b.holding(&key, &[], std::path::Path::new(&marker(&dir, "held")));
     let (out, took) = Proc::spawn(&mut b.run(&key, &["--wait", "700ms"], &["true"]))
         .wait(Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
@@ -149,7 +141,7 @@ pub fn wait_gives_up_after_its_duration(b: &TestBackend) {
 pub fn waiter_runs_as_soon_as_the_holder_releases(b: &TestBackend) {
     let key = unique_key("hand-off");
     let dir = scratch("hand-off");
-    let mut h = holder(b, &key, &marker(&dir, "held"));
+    let mut h = b.holding(&key, &[], std::path::Path::new(&marker(&dir, "held")));
     let ran = dir.join("waiter-ran");
     let w = Proc::spawn(&mut b.run(
         &key,
@@ -337,7 +329,7 @@ pub fn status_reports_the_holder(b: &TestBackend) {
     let key = unique_key("status");
     let dir = scratch("status");
     let m = marker(&dir, "held");
-    let mut h = holder(b, &key, &m);
+    let mut h = b.holding(&key, &[], std::path::Path::new(&m));
     let token = std::fs::read_to_string(&m).unwrap();
     let token = token.split_whitespace().nth(1);
     let s = b.status(&key);
@@ -405,7 +397,7 @@ pub fn break_stops_the_holder_with_79(b: &TestBackend) {
 pub fn interrupt_while_waiting_leaves_nothing_behind(b: &TestBackend) {
     let key = unique_key("interrupt-wait");
     let dir = scratch("interrupt-wait");
-    let mut h = holder(b, &key, &marker(&dir, "held"));
+    let mut h = b.holding(&key, &[], std::path::Path::new(&marker(&dir, "held")));
     let ran = dir.join("ran");
     let w = Proc::spawn(&mut b.run(&key, &[], &sh(&format!("echo > {}", ran.display()))));
     wait_until_waiting(b, &key, 1);

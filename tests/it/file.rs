@@ -88,12 +88,7 @@ fn unusual_keys_are_distinct_safe_locks() {
     let dir = scratch("keys");
     for (i, held) in keys.iter().enumerate() {
         let m = dir.join(format!("h{i}"));
-        let mut h = Proc::spawn(&mut b.run(
-            held,
-            &[],
-            &sh(&format!("echo > {}; read _x || true", m.display())),
-        ));
-        wait_for_file(&m, Duration::from_secs(5));
+        let mut h = b.holding(held, &[], &m);
         for other in keys.iter().filter(|k| *k != held) {
             assert!(b.is_free(other), "holding {held:?} blocked {other:?}");
         }
@@ -136,12 +131,7 @@ fn waiting_line_on_a_terminal_names_the_holder() {
     let key = unique_key("waiting-line");
     let dir = scratch("waiting-line");
     let m = dir.join("held");
-    let mut h = Proc::spawn(&mut b.run(
-        &key,
-        &[],
-        &sh(&format!("echo > {}; read _x || true", m.display())),
-    ));
-    wait_for_file(&m, Duration::from_secs(5));
+    let mut h = b.holding(&key, &[], &m);
     let inner = format!("{DLOCK} run {} -k {key} -- true", b.args.join(" "));
     let mut waiter =
         Proc::spawn(std::process::Command::new("script").args(["-qec", &inner, "/dev/null"]));

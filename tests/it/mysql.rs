@@ -65,12 +65,7 @@ fn long_and_case_different_keys_are_different_locks() {
     let dir = scratch("names");
     for (i, (one, other)) in pairs.iter().enumerate() {
         let mk = dir.join(format!("h{i}"));
-        let mut h = Proc::spawn(&mut b.run(
-            one,
-            &[],
-            &sh(&format!("echo > {}; read _x || true", mk.display())),
-        ));
-        wait_for_file(&mk, Duration::from_secs(10));
+        let mut h = b.holding(one, &[], &mk);
         assert!(b.is_free(other), "holding {one:?} blocked {other:?}");
         assert!(!b.is_free(one));
         h.close_stdin();

@@ -88,12 +88,7 @@ fn each_release_wakes_one_waiter() {
     let key = unique_key("herd");
     let dir = scratch("herd");
     let m = dir.join("held");
-    let mut holder = Proc::spawn(&mut b.run(
-        &key,
-        &[],
-        &sh(&format!("echo > {}; read _x || true", m.display())),
-    ));
-    wait_for_file(&m, Duration::from_secs(5));
+    let mut holder = b.holding(&key, &[], &m);
     let waiters: Vec<Proc> = (0..20)
         .map(|_| Proc::spawn(&mut b.run(&key, &["--wait", "60s"], &["true"])))
         .collect();

@@ -28,12 +28,7 @@ fn three_masters_survive_one_down_not_two() {
     // Mutual exclusion still holds with one master down.
     let dir = scratch("redlock-3");
     let m = dir.join("held");
-    let mut h = Proc::spawn(&mut b.run(
-        &key,
-        &[],
-        &sh(&format!("echo > {}; read _x || true", m.display())),
-    ));
-    wait_for_file(&m, Duration::from_secs(5));
+    let mut h = b.holding(&key, &[], &m);
     run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
     h.close_stdin();
     h.wait(Duration::from_secs(5));

@@ -69,58 +69,36 @@ impl TestBackend {
         }
     }
 
-    /// Redis at `url`, with a short TTL so that lost locks come back fast.
-    pub fn redis(url: &str) -> TestBackend {
+    /// A server backend at `url`, with a short TTL so that lost locks come back fast; a holder
+    /// notices a lost lease at its next renewal (ttl/3).
+    fn server(name: &'static str, url: &str) -> TestBackend {
         let ttl = Duration::from_secs(2);
         TestBackend {
-            name: "redis",
-            args: vec![
-                "--backend".into(),
-                "redis".into(),
-                "--url".into(),
-                url.into(),
-            ],
+            name,
+            args: vec!["--backend".into(), name.into(), "--url".into(), url.into()],
             env: Vec::new(),
             ttl,
             notice: ttl / 3 + Duration::from_millis(300),
             fencing: true,
         }
+    }
+
+    /// Redis at `url`.
+    pub fn redis(url: &str) -> TestBackend {
+        TestBackend::server("redis", url)
     }
 
     /// MySQL/MariaDB at `url`.
     pub fn mysql(url: &str) -> TestBackend {
-        let ttl = Duration::from_secs(2);
-        TestBackend {
-            name: "mysql",
-            args: vec![
-                "--backend".into(),
-                "mysql".into(),
-                "--url".into(),
-                url.into(),
-            ],
-            env: Vec::new(),
-            ttl,
-            notice: ttl / 3 + Duration::from_millis(300),
-            fencing: true,
-        }
+        TestBackend::server("mysql", url)
     }
 
     /// ZooKeeper at `url`. The lease is the session: the test servers allow 1 s and more.
     pub fn zookeeper(url: &str) -> TestBackend {
-        let ttl = Duration::from_secs(2);
         TestBackend {
-            name: "zookeeper",
-            args: vec![
-                "--backend".into(),
-                "zookeeper".into(),
-                "--url".into(),
-                url.into(),
-            ],
-            env: Vec::new(),
-            ttl,
             // A deleted node is seen at once, by a watch.
             notice: Duration::from_millis(300),
-            fencing: true,
+            ..TestBackend::server("zookeeper", url)
         }
     }
 
@@ -155,6 +133,18 @@ impl TestBackend {
         c.arg("-k").arg(key).args(extra).arg("--");
         c.args(command);
         c
+    }
+
+    /// Starts a holder whose command writes "PID TOKEN" to `marker` and then waits for stdin to
+    /// close ([`Proc::close_stdin`] releases the lock); returns once the command runs.
+    pub fn holding(&self, key: &str, extra: &[&str], marker: &Path) -> Proc {
+        let script = format!(
+            "echo \"$$ $DLOCK_FENCING_TOKEN\" > {}; read _x || true",
+            marker.display()
+        );
+        let p = Proc::spawn(&mut self.run(key, extra, &sh(&script)));
+        wait_for_file(marker, Duration::from_secs(10));
+        p
     }
 
     /// Starts a holder whose command writes its pid to a marker and sleeps; returns (dlock, the

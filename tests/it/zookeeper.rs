@@ -27,12 +27,7 @@ fn waiters_get_the_lock_in_arrival_order() {
     let dir = scratch("fifo");
     let order = dir.join("order");
     let held = dir.join("held");
-    let mut h = Proc::spawn(&mut b.run(
-        &key,
-        &[],
-        &sh(&format!("echo > {}; read _x || true", held.display())),
-    ));
-    wait_for_file(&held, Duration::from_secs(10));
+    let mut h = b.holding(&key, &[], &held);
     let mut waiters = Vec::new();
     for i in 0..5 {
         waiters.push(Proc::spawn(&mut b.run(
@@ -140,12 +135,7 @@ fn nothing_is_left_behind() {
     });
     let dir = scratch("clean");
     let held = dir.join("held");
-    let mut h = Proc::spawn(&mut b.run(
-        &key,
-        &[],
-        &sh(&format!("echo > {}; read _x || true", held.display())),
-    ));
-    wait_for_file(&held, Duration::from_secs(10));
+    let mut h = b.holding(&key, &[], &held);
     assert_eq!(
         output(&mut b.run(&key, &["--no-wait"], &["true"]))
             .status
@@ -345,12 +335,7 @@ fn a_create_whose_reply_is_lost_leaves_no_duplicate_node() {
     assert!(!cut.load(std::sync::atomic::Ordering::SeqCst));
     let dir = scratch("lost-reply");
     let held = dir.join("held");
-    let mut h = Proc::spawn(&mut b.run(
-        "k",
-        &["-v"],
-        &sh(&format!("echo > {}; read _x || true", held.display())),
-    ));
-    wait_for_file(&held, Duration::from_secs(10));
+    let mut h = b.holding("k", &["-v"], &held);
     assert!(
         cut.load(std::sync::atomic::Ordering::SeqCst),
         "the proxy never cut"
