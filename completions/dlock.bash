@@ -203,7 +203,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__run)
-            opts="-b -u -k -w -n -E -v -q -h -V --backend --url --key --ttl --wait --no-wait --conflict-exit-code --kill-grace --verbose --quiet --help --version"
+            opts="-b -u -k -s -l -w -n -E -v -q -h -V --backend --url --key --shared --limit --ttl --wait --no-wait --conflict-exit-code --kill-grace --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -230,6 +230,14 @@ _dlock() {
                     return 0
                     ;;
                 -k)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -l)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

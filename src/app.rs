@@ -8,12 +8,13 @@ use std::time::Instant;
 
 use clap::Parser;
 
-use crate::backend::{self, Deadline, Holder, Request};
+use crate::backend::{self, Deadline, Holder, Mode};
 use crate::cli::{Cli, Command};
 use crate::config::{KeyConfig, RunConfig, Wait};
 use crate::exit::{self, Usage};
 use crate::keeper::{Keeper, deadline_after};
-use crate::report::{self, WaitingLine};
+use crate::lockset;
+use crate::report;
 use crate::signals;
 use crate::supervise::{self, Ending, LeaseClock};
 
@@ -110,7 +111,14 @@ fn run(cfg: &RunConfig) -> u8 {
         Ok(b) => b,
         Err(e) => return fail(name, &e, cfg.conflict_code),
     };
-    let holder = Holder::this_process(&cfg.command);
+    if let Some(why) = backend.unsupported(cfg.mode) {
+        report::error(format_args!("{why}"));
+        return exit::USAGE;
+    }
+    let holder = Holder {
+        mode: (cfg.mode != Mode::Exclusive).then_some(cfg.mode),
+        ..Holder::this_process(&cfg.command)
+    };
     let deadline = match cfg.wait {
         Wait::No => Deadline::Now,
         // A wait too long to represent is a wait forever.
@@ -120,30 +128,49 @@ fn run(cfg: &RunConfig) -> u8 {
         Wait::Forever => Deadline::Never,
     };
     let started = Instant::now();
-    let acquired = {
-        let line = WaitingLine::start(cfg.key.as_str());
-        let on_holder = |h: &Holder| line.holder(h);
-        backend.acquire(&Request {
-            key: &cfg.key,
-            ttl: cfg.ttl,
-            deadline,
-            holder: &holder,
-            interrupt: &interrupt,
-            on_holder: &on_holder,
-        })
+    let want = lockset::Want {
+        keys: lockset::canonical(&cfg.keys),
+        mode: cfg.mode,
+        ttl: cfg.ttl,
+        deadline,
+        holder: &holder,
+        interrupt: &interrupt,
     };
-    let lease = match acquired {
-        Ok(lease) => lease,
+    let held = match lockset::acquire(backend.as_ref(), &want) {
+        Ok(held) => held,
         Err(e) => {
-            let e = e.context(format!("cannot acquire '{}'", cfg.key));
+            let e = if cfg.keys.len() == 1 {
+                e.context(format!("cannot acquire '{}'", cfg.keys[0]))
+            } else {
+                e
+            };
             return fail(name, &e, cfg.conflict_code);
         }
     };
-    let token = lease.fencing_token();
+    // The command's view: keys and tokens in the order given, the first one as DLOCK_KEY.
+    let tokens: Vec<Option<u64>> = cfg
+        .keys
+        .iter()
+        .map(|k| {
+            held.parts
+                .iter()
+                .find(|p| &p.key == k)
+                .and_then(|p| p.lease.fencing_token())
+        })
+        .collect();
+    let key = &cfg.keys[0];
+    let keys_text = cfg
+        .keys
+        .iter()
+        .map(|k| k.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let claims = serde_json::to_string(&held.claims).unwrap_or_default();
+    let lease = lockset::LeaseSet::join(held.parts);
+    let token = tokens[0];
     report::verbose(format_args!(
-        "acquired '{}' on {} ({}) in {:.1?}{}",
-        cfg.key,
-        name,
+        "acquired '{keys_text}' ({}) on {name} ({}) in {:.1?}{}",
+        cfg.mode.describe(),
         backend.location(),
         started.elapsed(),
         token
@@ -155,7 +182,7 @@ fn run(cfg: &RunConfig) -> u8 {
     }
     if let Some(sig) = interrupt.fired() {
         // A signal arrived as the lock was granted: do not start the command at all.
-        release(name, &cfg.key, lease);
+        release(name, &keys_text, lease);
         return exit::signal_code(sig);
     }
     let clock = LeaseClock {
@@ -169,17 +196,34 @@ fn run(cfg: &RunConfig) -> u8 {
             .map_or(cfg.kill_grace, |ttl| cfg.kill_grace.min(ttl / 3)),
     };
     let mut env = vec![
-        ("DLOCK_KEY", cfg.key.to_string()),
+        ("DLOCK_KEY", key.to_string()),
         ("DLOCK_BACKEND", name.to_string()),
+        (lockset::HELD_ENV, claims),
     ];
     if let Some(t) = token {
         env.push(("DLOCK_FENCING_TOKEN", t.to_string()));
+    }
+    if cfg.keys.len() > 1 {
+        let lines = |v: Vec<String>| v.join("\n");
+        env.push((
+            "DLOCK_KEYS",
+            lines(cfg.keys.iter().map(|k| k.to_string()).collect()),
+        ));
+        env.push((
+            "DLOCK_FENCING_TOKENS",
+            lines(
+                tokens
+                    .iter()
+                    .map(|t| t.map(|t| t.to_string()).unwrap_or_default())
+                    .collect(),
+            ),
+        ));
     }
     let child = match supervise::spawn(&cfg.command, &env, &reaper, &events) {
         Ok(c) => c,
         Err(e) => {
             report::error(format_args!("{}", e.message));
-            release(name, &cfg.key, lease);
+            release(name, &keys_text, lease);
             return e.code;
         }
     };
@@ -192,10 +236,15 @@ fn run(cfg: &RunConfig) -> u8 {
     let released = match &ending {
         Ending::Lost(reason) => {
             report::error(format_args!(
-                "{name}: lost the lock '{}' while the command ran: {reason}; the command was terminated",
-                cfg.key
+                "{name}: lost the lock '{keys_text}' while the command ran: {reason}; the command was terminated"
             ));
-            keeper.abandon();
+            if cfg.keys.len() > 1 {
+                // The other keys are still ours: free them for their waiters, but do not let a
+                // server that stopped answering hold up the exit.
+                release_within(keeper, LOST_RELEASE_BOUND);
+            } else {
+                keeper.abandon();
+            }
             return ending.code();
         }
         Ending::Signalled(sig) => {
@@ -206,20 +255,34 @@ fn run(cfg: &RunConfig) -> u8 {
     };
     match released {
         Ok(()) => report::verbose(format_args!(
-            "released '{}' in {:.1?}",
-            cfg.key,
+            "released '{keys_text}' in {:.1?}",
             release_started.elapsed()
         )),
         Err(e) => report::warn(format_args!(
-            "{name}: release of '{}' failed (it expires by itself): {e:#}",
-            cfg.key
+            "{name}: release of '{keys_text}' failed (it expires by itself): {e:#}"
         )),
     }
     ending.code()
 }
 
+/// How long a run that lost one of several keys spends releasing the others before it exits.
+const LOST_RELEASE_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Releases what the keeper still holds, waiting at most `bound`.
+fn release_within(keeper: Keeper, bound: std::time::Duration) {
+    let (tx, rx) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("dlock-release".into())
+        .spawn(move || {
+            let _ = tx.send(keeper.release());
+        });
+    if spawned.is_ok() {
+        let _ = rx.recv_timeout(bound);
+    }
+}
+
 /// Releases a lease that never reached the keeper.
-fn release(name: &str, key: &crate::config::Key, lease: Box<dyn crate::backend::Lease>) {
+fn release(name: &str, key: &str, lease: Box<dyn crate::backend::Lease>) {
     if let Err(e) = lease.release() {
         report::warn(format_args!(
             "{name}: release of '{key}' failed (it expires by itself): {e:#}"
@@ -233,6 +296,7 @@ fn status(cfg: &KeyConfig, json: bool) -> u8 {
     let result = backend::open(&cfg.target).and_then(|b| b.status(&cfg.key));
     match result {
         Ok(s) => {
+            let s = s.with_mode();
             let text = if json {
                 serde_json::to_string(&s).unwrap_or_default() + "\n"
             } else {

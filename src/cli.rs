@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+/// The largest `--limit`.
+pub const MAX_LIMIT: u32 = 1000;
+
 /// Exit statuses, for `--help` and the man page (SPEC.md, "Exit codes").
 pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("child's code", "the command ran and exited with this code"),
@@ -45,7 +48,15 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "DLOCK_FENCING_TOKEN",
-        "set for the command: a number greater than every token handed out before for this key",
+        "set for the command: a number greater than every token handed out before for this key (the first --key)",
+    ),
+    (
+        "DLOCK_KEYS, DLOCK_FENCING_TOKENS",
+        "set for the command: every key, and its token, one per line, in the order given",
+    ),
+    (
+        "DLOCK_HELD",
+        "set for the command: the locks it runs under, so that a nested dlock run on the same lock does not wait for itself",
     ),
 ];
 
@@ -62,6 +73,18 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     (
         "dlock run -k backup --no-wait -E 0 -- ./backup.sh",
         "skip quietly (exit 0) when a backup is running",
+    ),
+    (
+        "dlock run -k schema --shared -- ./read-report.sh",
+        "many readers at once; a run without --shared waits for them all and is not starved",
+    ),
+    (
+        "dlock run -k gpu --limit 4 -- ./train.sh",
+        "at most four runs of train.sh at once",
+    ),
+    (
+        "dlock run -k db --key cache -- ./migrate.sh",
+        "hold both locks (taken in one order, so two such runs never deadlock)",
     ),
     (
         "dlock status -k deploy --json",
@@ -188,9 +211,19 @@ pub struct RunArgs {
     #[command(flatten)]
     pub backend: BackendArgs,
 
-    /// The lock's name (1-256 bytes of UTF-8, no control characters)
-    #[arg(short = 'k', long, value_name = "KEY")]
-    pub key: String,
+    /// The lock's name (1-256 bytes of UTF-8, no control characters); repeat to hold several
+    /// locks at once (taken in one fixed order, so runs never deadlock)
+    #[arg(short = 'k', long, value_name = "KEY", action = ArgAction::Append, required = true)]
+    pub key: Vec<String>,
+
+    /// Shared (reader) lock: many shared holders at once, or one exclusive holder
+    #[arg(short = 's', long, conflicts_with = "limit")]
+    pub shared: bool,
+
+    /// Semaphore: up to N holders of KEY at once; every user of KEY must give the same N
+    #[arg(short = 'l', long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_LIMIT as i64))]
+    pub limit: u32,
 
     /// Lease length on the server; renewed every ttl/3
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]

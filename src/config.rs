@@ -6,6 +6,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::time::Duration;
 
+use crate::backend::Mode;
 use crate::cli;
 use crate::exit::Usage;
 
@@ -184,8 +185,10 @@ impl From<&cli::OutputArgs> for Verbosity {
 pub struct RunConfig {
     /// Where the lock lives.
     pub target: Target,
-    /// The lock's name.
-    pub key: Key,
+    /// The locks' names, as given (at least one, no repeats).
+    pub keys: Vec<Key>,
+    /// Exclusive, shared or a semaphore slot.
+    pub mode: Mode,
     /// Lease length on the server.
     pub ttl: Duration,
     /// How long to wait.
@@ -228,9 +231,23 @@ impl RunConfig {
         if a.command.first().is_none_or(|c| c.is_empty()) {
             return Err(Usage("COMMAND must not be empty".into()));
         }
+        let mut keys: Vec<Key> = Vec::with_capacity(a.key.len());
+        for k in &a.key {
+            let key = Key::new(k)?;
+            if keys.contains(&key) {
+                return Err(Usage(format!("--key '{key}' is given twice")));
+            }
+            keys.push(key);
+        }
+        let mode = match (a.shared, a.limit) {
+            (true, _) => Mode::Shared,
+            (false, 0 | 1) => Mode::Exclusive,
+            (false, n) => Mode::Limit(n),
+        };
         Ok(RunConfig {
             target: Target::from_args(&a.backend)?,
-            key: Key::new(&a.key)?,
+            keys,
+            mode,
             ttl: a.ttl,
             wait,
             conflict_code: a.conflict_exit_code,

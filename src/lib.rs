@@ -14,6 +14,7 @@ pub mod config;
 pub mod exit;
 pub mod generate;
 pub mod keeper;
+pub mod lockset;
 pub mod report;
 pub mod signals;
 pub mod supervise;

@@ -138,6 +138,13 @@ pub fn status_text(s: &Status) -> String {
     if !s.held {
         out.push_str("  free\n");
     }
+    match (s.mode, s.limit) {
+        (Some("exclusive"), _) | (None, _) => {}
+        (Some(m), Some(n)) => {
+            out.push_str(&format!("  mode: {m} {n} ({} held)\n", s.holders.len()))
+        }
+        (Some(m), None) => out.push_str(&format!("  mode: {m} ({} holders)\n", s.holders.len())),
+    }
     for h in &s.holders {
         out.push_str(&format!("  held by {}", h.short()));
         if let Some(d) = h.held_for() {

@@ -15,7 +15,7 @@
 
 use std::ffi::{CString, OsStr};
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt};
@@ -27,7 +27,7 @@ use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{Backend, Deadline, Holder, Lease, RenewError, Request, Status};
+use super::{Backend, Deadline, Holder, Lease, Mode, RenewError, Request, Status};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key};
 use crate::exit::{Interrupted, Usage};
@@ -69,34 +69,29 @@ impl FileBackend {
     fn path(&self, key: &Key) -> PathBuf {
         self.dir.join(file_name(key))
     }
-}
 
-impl Backend for FileBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::File
-    }
-
-    fn location(&self) -> String {
-        self.dir.display().to_string()
-    }
-
-    fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
+    /// `LOCK_EX` on the lock file. Uncontended: one open and one flock. Contended: wait holding
+    /// the gate, so that no new shared holder gets in meanwhile (writer preference).
+    fn acquire_exclusive(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
         let path = self.path(req.key);
         loop {
             let file = open_lock_file(&path)?;
             let acquired_at = BootInstant::now();
             if !try_flock(&file, libc::LOCK_EX)? {
+                let data = read_data(&file).unwrap_or_default();
+                if let Some(e) = data.mismatch(req) {
+                    return Err(e);
+                }
                 if req.deadline == Deadline::Now {
-                    return Err(req.busy(holder_of(&file).as_ref()));
+                    return Err(req.busy(data.some_holder()));
                 }
-                if let Some(holder) = read_data(&file).ok().and_then(|d| d.holder) {
-                    (req.on_holder)(&holder);
+                if let Some(holder) = data.some_holder() {
+                    (req.on_holder)(holder);
                 }
-                match blocking_flock(&file, req.deadline, req.interrupt)? {
-                    Blocked::Acquired => {}
-                    Blocked::TimedOut => return Err(req.busy(holder_of(&file).as_ref())),
-                    Blocked::Interrupted(sig) => return Err(Interrupted(sig).into()),
-                }
+                wait_for(&file, LockOp::Gate, req)?;
+                let got = wait_for(&file, LockOp::Flock(libc::LOCK_EX), req);
+                unlock_gate(&file);
+                got?;
             }
             // `break` may have unlinked the file while we waited for its inode: that lock is
             // orphaned, and someone may already hold the new file. Start over on the new one.
@@ -110,13 +105,113 @@ impl Backend for FileBackend {
                 fencing_token: Some(token),
                 ..req.holder.clone()
             });
+            data.sharers.clear();
+            data.limit = None;
             write_data(&file, &data).with_context(|| format!("cannot write {}", path.display()))?;
             return Ok(Box::new(FileLease {
                 file,
                 path,
                 data,
                 acquired_at,
+                slot: None,
             }));
+        }
+    }
+
+    /// A shared lock or a semaphore slot: through the gate (which a waiting exclusive run
+    /// holds), then `LOCK_SH` on the lock file (which keeps exclusive runs out), then for a
+    /// semaphore `LOCK_EX` on one of N slot files. The gate is held until the holder is
+    /// recorded, so the fencing counter and the holder list are updated by one process at a
+    /// time. `Ok(None)`: the file was replaced (`break`) meanwhile; try again.
+    fn acquire_shared(&self, req: &Request<'_>) -> anyhow::Result<Option<Box<dyn Lease>>> {
+        let path = self.path(req.key);
+        let file = open_lock_file(&path)?;
+        let acquired_at = BootInstant::now();
+        if !try_gate(&file)? {
+            if req.deadline == Deadline::Now {
+                let data = read_data(&file).unwrap_or_default();
+                return Err(data
+                    .mismatch(req)
+                    .unwrap_or_else(|| req.busy(data.some_holder())));
+            }
+            wait_for(&file, LockOp::Gate, req)?;
+        }
+        // The gate is ours until unlocked below, or until `file` closes on an error path.
+        if !try_flock(&file, libc::LOCK_SH)? {
+            let data = read_data(&file).unwrap_or_default();
+            if let Some(e) = data.mismatch(req) {
+                return Err(e);
+            }
+            if req.deadline == Deadline::Now {
+                return Err(req.busy(data.some_holder()));
+            }
+            if let Some(holder) = data.some_holder() {
+                (req.on_holder)(holder);
+            }
+            wait_for(&file, LockOp::Flock(libc::LOCK_SH), req)?;
+        }
+        if !still_linked(&file, &path)? {
+            return Ok(None);
+        }
+        let mut data = read_data(&file).unwrap_or_default();
+        let meta = file.metadata()?;
+        let live = proc_locks(meta.dev(), meta.ino())?.holders;
+        data.sharers
+            .retain(|h| live.iter().any(|l| Some(l.pid) == h.pid && !l.write));
+        // We hold LOCK_SH: a recorded exclusive holder is one that died without clearing it.
+        data.holder = None;
+        if let Some(e) = data.mismatch(req) {
+            return Err(e);
+        }
+        let slot = match req.mode {
+            Mode::Limit(n) => {
+                let Some(slot) = take_slot(&path, n, req, &data)? else {
+                    return Ok(None);
+                };
+                Some(slot)
+            }
+            _ => None,
+        };
+        let token = data.fence.map_or_else(clock_seed, |f| f + 1);
+        data.fence = Some(token);
+        data.limit = req.mode.limit();
+        data.sharers.push(Holder {
+            fencing_token: Some(token),
+            ..req.holder.clone()
+        });
+        write_data(&file, &data).with_context(|| format!("cannot write {}", path.display()))?;
+        unlock_gate(&file);
+        Ok(Some(Box::new(FileLease {
+            file,
+            path,
+            data,
+            acquired_at,
+            slot,
+        })))
+    }
+}
+
+impl Backend for FileBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::File
+    }
+
+    fn location(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn unsupported(&self, _mode: Mode) -> Option<String> {
+        None
+    }
+
+    fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
+        match req.mode {
+            Mode::Exclusive => self.acquire_exclusive(req),
+            Mode::Shared | Mode::Limit(_) => loop {
+                if let Some(lease) = self.acquire_shared(req)? {
+                    return Ok(lease);
+                }
+            },
         }
     }
 
@@ -135,19 +230,37 @@ impl Backend for FileBackend {
         let meta = file.metadata()?;
         let locks = proc_locks(meta.dev(), meta.ino())?;
         status.waiters = Some(locks.waiters);
-        if let Some(pid) = locks.holder_pid {
-            status.held = true;
-            let data = read_data(&file).unwrap_or_default();
-            let mut holder = data
-                .holder
-                .filter(|h| h.pid == Some(pid))
-                .unwrap_or(Holder {
-                    pid: Some(pid),
+        let data = read_data(&file).unwrap_or_default();
+        for lock in &locks.holders {
+            let recorded = if lock.write {
+                data.holder.as_ref().filter(|h| h.pid == Some(lock.pid))
+            } else {
+                data.sharers.iter().find(|h| h.pid == Some(lock.pid))
+            };
+            let mut holder = match recorded {
+                Some(h) => h.clone(),
+                // Past the shared lock but not yet recorded: still entering (or waiting for a
+                // semaphore slot).
+                None if !lock.write => {
+                    status.waiters = status.waiters.map(|w| w + 1);
+                    continue;
+                }
+                None => Holder {
+                    pid: Some(lock.pid),
                     fencing_token: data.fence,
                     ..Holder::default()
-                });
+                },
+            };
             holder.host.get_or_insert_with(super::hostname);
             status.holders.push(holder);
+        }
+        status.held = !status.holders.is_empty();
+        if status
+            .holders
+            .iter()
+            .any(|h| h.mode.is_some_and(|m| m.limit().is_some()))
+        {
+            status.limit = data.limit;
         }
         Ok(status)
     }
@@ -167,12 +280,21 @@ impl Backend for FileBackend {
     }
 }
 
-/// A held flock. Dropping it closes the fd, which releases the lock.
+/// A held flock (and for a semaphore, its slot). Dropping it closes the fds, which releases
+/// the lock.
 struct FileLease {
     file: File,
     path: PathBuf,
     data: LockData,
     acquired_at: BootInstant,
+    /// A semaphore's slot file, held `LOCK_EX`.
+    slot: Option<(File, PathBuf)>,
+}
+
+impl FileLease {
+    fn exclusive(&self) -> bool {
+        self.data.holder.is_some()
+    }
 }
 
 impl Lease for FileLease {
@@ -193,17 +315,29 @@ impl Lease for FileLease {
     }
 
     fn renew(&mut self) -> Result<(), RenewError> {
-        match still_linked(&self.file, &self.path) {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(RenewError::Lost(format!(
-                "lock file {} was removed or replaced (dlock break?)",
-                self.path.display()
-            ))),
-            Err(e) => Err(RenewError::Failed(e)),
+        let files = std::iter::once((&self.file, &self.path))
+            .chain(self.slot.as_ref().map(|(f, p)| (f, p)));
+        for (file, path) in files {
+            match still_linked(file, path) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(RenewError::Lost(format!(
+                        "lock file {} was removed or replaced (dlock break?)",
+                        path.display()
+                    )));
+                }
+                Err(e) => return Err(RenewError::Failed(e)),
+            }
         }
+        Ok(())
     }
 
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+        if !self.exclusive() {
+            // A shared holder must not write: others share the file. Its entry in the holder
+            // list is pruned by the next one to enter (its flock is gone from /proc/locks).
+            return Ok(());
+        }
         // Clear the holder so that stale metadata never outlives the lock; keep the counter.
         self.data.holder = None;
         let result = write_data(&self.file, &self.data);
@@ -217,8 +351,42 @@ impl Lease for FileLease {
 struct LockData {
     /// The last fencing token handed out.
     fence: Option<u64>,
-    /// The current holder, `None` when released.
+    /// The exclusive holder, `None` when released or shared.
     holder: Option<Holder>,
+    /// The shared holders or semaphore slot holders (may include ones that have gone: only
+    /// those whose flock shows in /proc/locks count).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    sharers: Vec<Holder>,
+    /// The semaphore's size while it has holders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    limit: Option<u32>,
+}
+
+impl LockData {
+    /// Someone who holds it, for messages.
+    fn some_holder(&self) -> Option<&Holder> {
+        self.holder.as_ref().or(self.sharers.first())
+    }
+
+    /// How the recorded holders hold the lock ("exclusive", "shared", "--limit 3").
+    fn held_as(&self) -> Option<Mode> {
+        if let Some(h) = &self.holder {
+            return Some(h.mode.unwrap_or(Mode::Exclusive));
+        }
+        self.sharers.first().map(|h| h.mode.unwrap_or(Mode::Shared))
+    }
+
+    /// The error for a request that cannot share this key with its holders: a semaphore of
+    /// another size, or a semaphore against an exclusive or shared lock.
+    fn mismatch(&self, req: &Request<'_>) -> Option<anyhow::Error> {
+        let theirs = self.held_as()?;
+        let agree = match (req.mode, theirs) {
+            (Mode::Limit(a), Mode::Limit(b)) => a == b,
+            (Mode::Limit(_), _) | (_, Mode::Limit(_)) => false,
+            _ => true,
+        };
+        (!agree).then(|| super::mode_mismatch(req.key, req.mode, &theirs.describe()))
+    }
 }
 
 fn read_data(file: &File) -> anyhow::Result<LockData> {
@@ -240,11 +408,6 @@ fn write_data(file: &File, data: &LockData) -> io::Result<()> {
     // torn one, which it treats as unknown metadata; the lock state comes from /proc/locks).
     file.write_all_at(&buf, 0)?;
     file.set_len(buf.len() as u64)
-}
-
-/// The holder recorded in the lock file, if readable.
-fn holder_of(file: &File) -> Option<Holder> {
-    read_data(file).ok().and_then(|d| d.holder)
 }
 
 /// The first token of a new lock file: microseconds since the Unix epoch, so that a recreated
@@ -415,6 +578,228 @@ enum Blocked {
     Interrupted(i32),
 }
 
+/// A blocking lock operation on the lock file.
+#[derive(Clone, Copy)]
+enum LockOp {
+    /// `flock(op)`: the lock itself.
+    Flock(libc::c_int),
+    /// An open-file-description write lock on byte 0: the gate that a waiting exclusive run
+    /// holds to keep new shared holders out, and that shared holders pass through. Independent
+    /// of the flock on the same file.
+    Gate,
+}
+
+impl LockOp {
+    /// One attempt: 0 on success, else -1 with errno set.
+    fn call(self, file: &File, wait: bool) -> libc::c_int {
+        match self {
+            LockOp::Flock(op) => {
+                let op = if wait { op } else { op | libc::LOCK_NB };
+                // SAFETY: valid fd.
+                unsafe { libc::flock(file.as_raw_fd(), op) }
+            }
+            LockOp::Gate => {
+                let cmd = if wait {
+                    libc::F_OFD_SETLKW
+                } else {
+                    libc::F_OFD_SETLK
+                };
+                gate_fcntl(file, cmd, libc::F_WRLCK)
+            }
+        }
+    }
+}
+
+fn gate_fcntl(file: &File, cmd: libc::c_int, kind: libc::c_int) -> libc::c_int {
+    // SAFETY: a zeroed flock is valid; OFD locks need l_pid 0.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = 0;
+    fl.l_len = 1;
+    // SAFETY: valid fd and a valid flock structure.
+    unsafe { libc::fcntl(file.as_raw_fd(), cmd, &fl) }
+}
+
+/// Takes the gate if it is free.
+fn try_gate(file: &File) -> anyhow::Result<bool> {
+    if LockOp::Gate.call(file, false) == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+        _ => Err(e).context("fcntl(F_OFD_SETLK) failed"),
+    }
+}
+
+fn unlock_gate(file: &File) {
+    gate_fcntl(file, libc::F_OFD_SETLK, libc::F_UNLCK);
+}
+
+/// Blocks on `op` until acquired; the deadline and the interrupt end the wait with the
+/// request's errors.
+fn wait_for(file: &File, op: LockOp, req: &Request<'_>) -> anyhow::Result<()> {
+    match blocking_lock(file, op, req.deadline, req.interrupt)? {
+        Blocked::Acquired => Ok(()),
+        Blocked::TimedOut => {
+            let data = read_data(file).unwrap_or_default();
+            Err(req.busy(data.some_holder()))
+        }
+        Blocked::Interrupted(sig) => Err(Interrupted(sig).into()),
+    }
+}
+
+/// A semaphore slot: `LOCK_EX` on the first free of `<lock file>~1 .. ~N` (with the gate held,
+/// so one waiter at a time). When all are taken, waits for any slot file to be closed (inotify:
+/// a holder's exit closes its fd) and tries again. `Ok(None)`: the lock file was replaced.
+fn take_slot(
+    path: &Path,
+    n: u32,
+    req: &Request<'_>,
+    data: &LockData,
+) -> anyhow::Result<Option<(File, PathBuf)>> {
+    let base = path.to_string_lossy();
+    let base = base.strip_suffix(".lock").unwrap_or(&base);
+    let slots: Vec<PathBuf> = (1..=n)
+        .map(|i| PathBuf::from(format!("{base}~{i}.lock")))
+        .collect();
+    // Watch before trying (a close between a try and the watch would be missed).
+    let watch = match req.deadline {
+        Deadline::Now => None,
+        _ => Some(Closes::watch(&slots)?),
+    };
+    // Opened once: our own closes would wake the watch.
+    let mut files = slots
+        .iter()
+        .map(|p| open_lock_file(p).map(Some))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    loop {
+        for (file, slot) in files.iter_mut().zip(&slots) {
+            if try_flock(file.as_ref().expect("taken only on return"), libc::LOCK_EX)? {
+                return Ok(Some((file.take().expect("present"), slot.clone())));
+            }
+        }
+        let Some(watch) = &watch else {
+            return Err(req.busy(data.some_holder()));
+        };
+        if let Some(h) = data.some_holder() {
+            (req.on_holder)(h);
+        }
+        match watch.wait(req.deadline, req.interrupt)? {
+            Blocked::Acquired => {}
+            Blocked::TimedOut => return Err(req.busy(data.some_holder())),
+            Blocked::Interrupted(sig) => return Err(Interrupted(sig).into()),
+        }
+        if !still_linked_path(path, data)? {
+            return Ok(None);
+        }
+    }
+}
+
+/// The lock file may be replaced by `break` while a semaphore waiter waits for a slot; it then
+/// starts over. (The holder list in `data` was read from the file that is now the path's if it
+/// was not replaced: compare the counter.)
+fn still_linked_path(path: &Path, data: &LockData) -> anyhow::Result<bool> {
+    match open_existing(path) {
+        Ok(f) => Ok(read_data(&f).map(|d| d.fence == data.fence).unwrap_or(true)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", path.display())),
+    }
+}
+
+/// An inotify watch for `IN_CLOSE` on some files, and a pipe that an interrupt writes to.
+struct Closes {
+    inotify: File,
+    pipe: (File, Arc<File>),
+}
+
+impl Closes {
+    fn watch(paths: &[PathBuf]) -> anyhow::Result<Closes> {
+        // SAFETY: plain syscalls; the fds are owned by Files right away.
+        let inotify = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+        if inotify < 0 {
+            return Err(io::Error::last_os_error()).context("inotify_init1 failed");
+        }
+        // SAFETY: fresh descriptor.
+        let inotify = unsafe { File::from_raw_fd(inotify) };
+        for p in paths {
+            // Create it first, so the watch has something to watch.
+            drop(open_lock_file(p)?);
+            let c = cstring(p)?;
+            // SAFETY: valid fd and path.
+            let rc =
+                unsafe { libc::inotify_add_watch(inotify.as_raw_fd(), c.as_ptr(), libc::IN_CLOSE) };
+            if rc < 0 {
+                return Err(io::Error::last_os_error())
+                    .with_context(|| format!("cannot watch {}", p.display()));
+            }
+        }
+        let mut fds = [0; 2];
+        // SAFETY: valid array of two ints.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(io::Error::last_os_error()).context("pipe2 failed");
+        }
+        // SAFETY: fresh descriptors.
+        let pipe = unsafe {
+            (
+                File::from_raw_fd(fds[0]),
+                Arc::new(File::from_raw_fd(fds[1])),
+            )
+        };
+        Ok(Closes { inotify, pipe })
+    }
+
+    /// Waits until a watched file is closed (`Acquired`: time to try again), the deadline, or
+    /// the interrupt.
+    fn wait(
+        &self,
+        deadline: Deadline,
+        interrupt: &crate::signals::Interrupt,
+    ) -> anyhow::Result<Blocked> {
+        let writer = self.pipe.1.clone();
+        let _guard = interrupt.on_fire(move || {
+            let _ = (&*writer).write_all(b"!");
+        })?;
+        loop {
+            if let Some(sig) = interrupt.fired() {
+                return Ok(Blocked::Interrupted(sig));
+            }
+            let timeout = match deadline.remaining() {
+                None => -1,
+                Some(d) if d.is_zero() => return Ok(Blocked::TimedOut),
+                Some(d) => d.as_millis().clamp(1, i32::MAX as u128) as i32,
+            };
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.inotify.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.pipe.0.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: valid array of pollfds.
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(e).context("poll failed");
+            }
+            if fds[0].revents != 0 {
+                let mut buf = [0u8; 4096];
+                while (&self.inotify).read(&mut buf).is_ok_and(|n| n > 0) {}
+                return Ok(Blocked::Acquired);
+            }
+        }
+    }
+}
+
 extern "C" fn wake_handler(_: libc::c_int) {}
 
 /// A SIGALRM handler installed without SA_RESTART, so that a thread-directed SIGALRM makes a
@@ -434,12 +819,13 @@ fn install_wake_handler() {
     });
 }
 
-/// Blocks in `flock(LOCK_EX)` until acquired, `deadline`, or the interrupt. A helper thread
+/// Blocks in `op` until acquired, `deadline`, or the interrupt. A helper thread
 /// sleeps until the deadline (or is woken by the interrupt) and then signals this thread,
 /// repeating every 10 ms until this thread is out of the call, which closes the race where the
 /// signal lands just before `flock` starts.
-fn blocking_flock(
+fn blocking_lock(
     file: &File,
+    op: LockOp,
     deadline: Deadline,
     interrupt: &crate::signals::Interrupt,
 ) -> anyhow::Result<Blocked> {
@@ -473,13 +859,12 @@ fn blocking_flock(
         if until.is_some_and(|t| Instant::now() >= t) {
             break Ok(Blocked::TimedOut);
         }
-        // SAFETY: valid fd.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+        if op.call(file, true) == 0 {
             break Ok(Blocked::Acquired);
         }
         let e = io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EINTR) {
-            break Err(anyhow::Error::new(e).context("flock failed"));
+            break Err(anyhow::Error::new(e).context("lock failed"));
         }
     };
     state.0.lock().unwrap_or_else(|e| e.into_inner()).done = true;
@@ -516,19 +901,28 @@ fn alarm_thread(state: &(Mutex<Alarm>, Condvar), target: libc::pthread_t, until:
     }
 }
 
-/// What `/proc/locks` says about one inode's flock.
+/// What `/proc/locks` says about one inode's flocks.
 struct ProcLocks {
-    holder_pid: Option<u32>,
+    /// Every process holding a flock on it.
+    holders: Vec<ProcLock>,
+    /// Processes blocked on its flock or its gate.
     waiters: u64,
 }
 
-/// Reads `/proc/locks` for the flock on (dev, ino). Lines look like
-/// `1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF`, with `->` after the id for a blocked waiter.
+struct ProcLock {
+    pid: u32,
+    /// `LOCK_EX` (else `LOCK_SH`).
+    write: bool,
+}
+
+/// Reads `/proc/locks` for the locks on (dev, ino). Lines look like
+/// `1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF`, with `->` after the id for a blocked
+/// waiter; the gate shows as `OFDLCK` (pid -1).
 fn proc_locks(dev: u64, ino: u64) -> anyhow::Result<ProcLocks> {
     let text = std::fs::read_to_string("/proc/locks").context("cannot read /proc/locks")?;
     let want = format!("{:02x}:{:02x}:{ino}", libc::major(dev), libc::minor(dev));
     let mut out = ProcLocks {
-        holder_pid: None,
+        holders: Vec::new(),
         waiters: 0,
     };
     for line in text.lines() {
@@ -538,13 +932,17 @@ fn proc_locks(dev: u64, ino: u64) -> anyhow::Result<ProcLocks> {
             fields.next();
         }
         let f: Vec<&str> = fields.collect();
-        if f.len() < 5 || f[0] != "FLOCK" || f[4] != want {
+        if f.len() < 5 || f[4] != want {
             continue;
         }
-        if waiting {
-            out.waiters += 1;
-        } else {
-            out.holder_pid = f[3].parse().ok();
+        match (f[0], waiting) {
+            ("FLOCK", false) => out.holders.extend(f[3].parse().ok().map(|pid| ProcLock {
+                pid,
+                write: f[2] == "WRITE",
+            })),
+            // A gate holder is also blocked on (or past) the flock, and counted there.
+            ("FLOCK", true) | ("OFDLCK", true) => out.waiters += 1,
+            _ => {}
         }
     }
     Ok(out)

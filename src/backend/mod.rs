@@ -43,6 +43,63 @@ impl Deadline {
     }
 }
 
+/// How a lock is held: one exclusive holder, many shared holders (readers; an exclusive holder
+/// is the writer), or up to N holders of a semaphore. `--limit 1` is [`Mode::Exclusive`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// One holder; waits for every shared holder, and new shared holders wait for it.
+    Exclusive,
+    /// Many shared holders at once, none while an exclusive holder holds or waits.
+    Shared,
+    /// Up to this many holders (at least 2) at once.
+    Limit(u32),
+}
+
+impl Mode {
+    /// "exclusive", "shared" or "limit".
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Shared => "shared",
+            Mode::Limit(_) => "limit",
+        }
+    }
+
+    /// The semaphore's size, `None` for the other modes.
+    pub fn limit(self) -> Option<u32> {
+        match self {
+            Mode::Limit(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// How the mode reads in messages: "exclusive", "shared", "--limit 3".
+    pub fn describe(self) -> String {
+        match self {
+            Mode::Limit(n) => format!("--limit {n}"),
+            m => m.name().to_string(),
+        }
+    }
+
+    /// Whether a holder in this mode may let a nested run use the lock as `want`: an exclusive
+    /// holder covers everything, a shared one covers shared, a semaphore slot covers a slot of
+    /// the same semaphore.
+    pub fn covers(self, want: Mode) -> bool {
+        self == Mode::Exclusive || self == want
+    }
+}
+
+/// Holders of one key that disagree on the mode (`--limit 3` against `--limit 5`, or a
+/// semaphore against an exclusive lock): reported, never mixed. Exit 2.
+pub fn mode_mismatch(key: &Key, want: Mode, theirs: &str) -> anyhow::Error {
+    crate::exit::Usage(format!(
+        "'{key}' is held as {theirs}, but this run asked for {}; every user of a key must use the same mode and --limit",
+        want.describe()
+    ))
+    .into()
+}
+
 /// Who holds (or held) a lock, as far as a backend knows. Stored beside the lock on acquisition
 /// (DESIGN.md rule 6) and read back by `status` and by waiters.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -69,6 +126,10 @@ pub struct Holder {
     /// ("0x1000004e2a90003" for a ZooKeeper session).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// How it holds (or waits for) the lock; absent in metadata written before modes existed,
+    /// which means exclusive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
 }
 
 impl Holder {
@@ -122,6 +183,12 @@ pub struct Status {
     pub location: String,
     /// Whether anyone holds the lock now.
     pub held: bool,
+    /// How the holders hold it: "exclusive", "shared" or "limit" (absent when free).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<&'static str>,
+    /// The semaphore's size, for mode "limit".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
     /// Every current holder (one for an exclusive lock).
     pub holders: Vec<Holder>,
     /// How many wait, where the backend can tell.
@@ -143,6 +210,8 @@ impl Status {
             backend: backend.name(),
             location,
             held: false,
+            mode: None,
+            limit: None,
             holders: Vec::new(),
             waiters: None,
             queue: Vec::new(),
@@ -151,10 +220,28 @@ impl Status {
     }
 }
 
+impl Status {
+    /// Fills in `mode` and `limit` from the holders' metadata, where the backend did not.
+    pub fn with_mode(mut self) -> Status {
+        if self.held && self.mode.is_none() {
+            let mode = self
+                .holders
+                .iter()
+                .find_map(|h| h.mode)
+                .unwrap_or(Mode::Exclusive);
+            self.mode = Some(mode.name());
+            self.limit = self.limit.or(mode.limit());
+        }
+        self
+    }
+}
+
 /// One acquisition request.
 pub struct Request<'a> {
     /// The lock.
     pub key: &'a Key,
+    /// Exclusive, shared or a semaphore slot; only modes the backend [supports](Backend::unsupported).
+    pub mode: Mode,
     /// Lease length on the server.
     pub ttl: Duration,
     /// When to give up waiting.
@@ -194,6 +281,19 @@ pub trait Backend {
 
     /// Where the locks live, without credentials ("/var/tmp/dlock-1000", "redis 10.0.0.5:6379").
     fn location(&self) -> String;
+
+    /// Why this backend cannot hold a lock in `mode`, `None` if it can. The core refuses the
+    /// run (exit 2) before acquiring anything.
+    fn unsupported(&self, mode: Mode) -> Option<String> {
+        match mode {
+            Mode::Exclusive => None,
+            m => Some(format!(
+                "{} locks are not supported by the {} backend",
+                m.name(),
+                self.kind().name()
+            )),
+        }
+    }
 
     /// Acquires the lock, waiting (by the backend's own notification, never by polling) until
     /// `req.deadline`. Errors: [`Busy`](crate::exit::Busy) when not acquired in time,
@@ -235,6 +335,13 @@ pub trait Lease: Send {
     /// (DESIGN.md rule 4), which leaves two more chances before the lease runs out.
     fn renew_every(&self) -> Duration {
         self.ttl().map_or(Duration::from_secs(1), |ttl| ttl / 3)
+    }
+
+    /// Whether the lease stays alive without [`renew`](Lease::renew) calls (a kernel lock, a
+    /// ZooKeeper session its client keeps alive): then nothing needs renewing while the run
+    /// waits for another of its keys.
+    fn lives_unattended(&self) -> bool {
+        self.ttl().is_none()
     }
 
     /// Extends the lease by its TTL (or checks it is still ours). Must return within a bounded

@@ -713,6 +713,11 @@ impl Lease for ZkLease {
         self.acquired_at
     }
 
+    fn lives_unattended(&self) -> bool {
+        // The client pings the server by itself; a lost session is pushed by `watch_loss`.
+        true
+    }
+
     fn renew(&mut self) -> Result<(), RenewError> {
         let Some(client) = self.client.as_ref() else {
             return Err(RenewError::Lost("the session is closed".into()));

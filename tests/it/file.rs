@@ -7,6 +7,13 @@ use crate::util::*;
 
 crate::conformance!(TestBackend::file());
 
+/// Shared locks, semaphores, several keys and nested runs.
+mod modes {
+    use super::*;
+
+    crate::modes!(TestBackend::file());
+}
+
 fn lock_dir(b: &TestBackend) -> std::path::PathBuf {
     std::path::PathBuf::from(b.args[3].strip_prefix("file://").unwrap())
 }

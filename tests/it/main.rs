@@ -4,6 +4,7 @@ mod cli;
 mod conformance;
 mod file;
 mod generated;
+mod modes;
 mod mysql;
 mod redis;
 mod redlock;

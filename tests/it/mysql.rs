@@ -10,6 +10,16 @@ crate::conformance!(match shared_mariadb() {
     None => return,
 });
 
+/// Shared locks, semaphores, several keys and nested runs.
+mod modes {
+    use super::*;
+
+    crate::modes!(match shared_mariadb() {
+        Some(m) => TestBackend::mysql(&m.url()),
+        None => return,
+    });
+}
+
 /// The holder's connection is KILLed on the server: noticed at the next ping (ttl/3), exit 79.
 #[test]
 fn killed_holder_connection_is_noticed_within_a_third_of_the_ttl() {

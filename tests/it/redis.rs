@@ -12,6 +12,16 @@ crate::conformance!(match shared_redis() {
     None => return,
 });
 
+/// Shared locks, semaphores, several keys and nested runs.
+mod modes {
+    use super::*;
+
+    crate::modes!(match shared_redis() {
+        Some(url) => TestBackend::redis(&url),
+        None => return,
+    });
+}
+
 /// The server stops answering (SIGSTOP) for longer than the TTL.
 #[test]
 fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {

@@ -10,6 +10,16 @@ crate::conformance!(match shared_redlock() {
     None => return,
 });
 
+/// Shared locks, semaphores, several keys and nested runs.
+mod modes {
+    use super::*;
+
+    crate::modes!(match shared_redlock() {
+        Some(urls) => TestBackend::redlock(&urls),
+        None => return,
+    });
+}
+
 fn masters(n: usize) -> Option<Vec<Redis>> {
     (0..n).map(|_| Redis::start(&[])).collect()
 }

@@ -47,6 +47,10 @@ pub struct TestBackend {
     pub notice: Duration,
     /// Whether the backend hands out fencing tokens (Redlock does not).
     pub fencing: bool,
+    /// Whether it takes `--shared` (else it must refuse with exit 2).
+    pub shared: bool,
+    /// Whether it takes `--limit N` (else it must refuse with exit 2).
+    pub limit: bool,
 }
 
 impl TestBackend {
@@ -66,6 +70,8 @@ impl TestBackend {
             ttl: Duration::from_secs(2),
             notice: Duration::from_millis(500),
             fencing: true,
+            shared: true,
+            limit: true,
         }
     }
 
@@ -80,6 +86,8 @@ impl TestBackend {
             ttl,
             notice: ttl / 3 + Duration::from_millis(300),
             fencing: true,
+            shared: false,
+            limit: false,
         }
     }
 
@@ -90,7 +98,10 @@ impl TestBackend {
 
     /// MySQL/MariaDB at `url`.
     pub fn mysql(url: &str) -> TestBackend {
-        TestBackend::server("mysql", url)
+        TestBackend {
+            shared: false,
+            ..TestBackend::server("mysql", url)
+        }
     }
 
     /// ZooKeeper at `url`. The lease is the session: the test servers allow 1 s and more.
@@ -112,6 +123,8 @@ impl TestBackend {
         TestBackend {
             args,
             fencing: false,
+            shared: false,
+            limit: false,
             ..TestBackend::redis(&urls[0])
         }
     }
@@ -124,6 +137,15 @@ impl TestBackend {
             c.env(k, v);
         }
         c
+    }
+
+    /// The words of `dlock run <backend args> --ttl T` (for a command line run by a command).
+    pub fn run_words(&self) -> Vec<String> {
+        let mut w = vec![DLOCK.to_string(), "run".into()];
+        w.extend(self.args.iter().cloned());
+        w.push("--ttl".into());
+        w.push(format!("{}ms", self.ttl.as_millis()));
+        w
     }
 
     /// `dlock run <backend args> --ttl T -k KEY EXTRA... -- COMMAND...`

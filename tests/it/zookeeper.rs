@@ -12,6 +12,16 @@ crate::conformance!(match shared_zookeeper() {
     None => return,
 });
 
+/// Shared locks, semaphores, several keys and nested runs.
+mod modes {
+    use super::*;
+
+    crate::modes!(match shared_zookeeper() {
+        Some(zk) => TestBackend::zookeeper(&zk.url()),
+        None => return,
+    });
+}
+
 /// A chroot no other test uses, so that a test can see every node it made.
 fn chroot(name: &str) -> String {
     format!("/{}", unique_key(name))

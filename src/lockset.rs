@@ -1,0 +1,459 @@
+//! Everything a run holds: one lock or several (`--key` repeated), some of them perhaps inherited
+//! from an enclosing `dlock run` (nested reentrancy).
+//!
+//! - Several keys are taken one by one in one canonical order (bytewise), so two runs that name
+//!   the same keys in different orders never deadlock. One deadline covers the whole set; on any
+//!   failure the locks already taken are released before the error is returned. While waiting
+//!   for a later key, the earlier ones are renewed (the wait is cut into slices that end when a
+//!   renewal is due), so a long wait cannot let them expire. They are held as one [`LeaseSet`]:
+//!   losing any one is losing the lock.
+//! - A run exports the locks it runs under in `DLOCK_HELD` (JSON). A nested run on the same
+//!   backend, location and key, with a mode the enclosing lock covers, asks the backend whether
+//!   that holder (host, pid, start, fencing token) still holds it and whether it is one of this
+//!   process's ancestors; if so it runs under the same lock and token and leaves the release to
+//!   the ancestor. A stale claim falls back to a normal acquire.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{
+    Backend, Deadline, Holder, Lease, LossNotifier, Mode, RenewError, Request, hostname,
+};
+use crate::clock::BootInstant;
+use crate::config::Key;
+use crate::exit::{Busy, Usage};
+use crate::report::{self, WaitingLine};
+use crate::signals::Interrupt;
+
+/// The variable a run exports its locks in, for nested runs.
+pub const HELD_ENV: &str = "DLOCK_HELD";
+
+/// How often an inherited lock checks that the enclosing run is still alive.
+const ANCESTOR_CHECK: Duration = Duration::from_millis(500);
+
+/// One lock a run holds, as exported to its command in [`HELD_ENV`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    /// Backend name.
+    pub backend: String,
+    /// [`Backend::location`]: where the lock lives, without credentials.
+    pub location: String,
+    /// The key.
+    pub key: String,
+    /// How the holder holds it.
+    pub mode: Mode,
+    /// The fencing token it was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    /// The holding dlock's host.
+    pub host: String,
+    /// The holding dlock's pid.
+    pub pid: u32,
+    /// When it acquired the lock (ms since the epoch), as stored beside the lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
+}
+
+/// The claims inherited from enclosing runs; unreadable content is ignored (with `-v`).
+pub fn inherited() -> Vec<Claim> {
+    let Some(text) = std::env::var_os(HELD_ENV) else {
+        return Vec::new();
+    };
+    match serde_json::from_slice(text.as_encoded_bytes()) {
+        Ok(claims) => claims,
+        Err(e) => {
+            report::verbose(format_args!("ignoring {HELD_ENV}: {e}"));
+            Vec::new()
+        }
+    }
+}
+
+/// What a run asks for.
+pub struct Want<'a> {
+    /// The keys in canonical order.
+    pub keys: Vec<&'a Key>,
+    /// The mode for every key.
+    pub mode: Mode,
+    /// Lease length.
+    pub ttl: Duration,
+    /// When to give up, for the whole set.
+    pub deadline: Deadline,
+    /// Metadata stored beside each lock.
+    pub holder: &'a Holder,
+    /// Signals.
+    pub interrupt: &'a Interrupt,
+}
+
+/// One held lock of a run.
+pub struct Part {
+    /// Its key.
+    pub key: Key,
+    /// Its lease (possibly inherited).
+    pub lease: Box<dyn Lease>,
+    /// When the lease was last extended: the send time of its acquire or latest renewal.
+    pub since: BootInstant,
+}
+
+impl Part {
+    fn new(key: &Key, lease: Box<dyn Lease>) -> Part {
+        let since = lease.acquired_at();
+        Part {
+            key: key.clone(),
+            lease,
+            since,
+        }
+    }
+
+    fn due(&self) -> BootInstant {
+        self.since + self.lease.renew_every()
+    }
+
+    /// Renews the lease if a renewal is due; `while_` says what the run was doing, for the error.
+    fn renew_if_due(&mut self, while_: &str) -> anyhow::Result<()> {
+        if self.due().remaining() > Duration::ZERO {
+            return Ok(());
+        }
+        let sent = BootInstant::now();
+        match self.lease.renew() {
+            Ok(()) => {
+                self.since = sent;
+                Ok(())
+            }
+            Err(RenewError::Lost(why)) => {
+                anyhow::bail!("lost '{}' while {while_}: {why}", self.key)
+            }
+            Err(RenewError::Failed(e)) => {
+                Err(e.context(format!("cannot renew '{}' while {while_}", self.key)))
+            }
+        }
+    }
+}
+
+/// The locks of one run, in canonical key order.
+pub struct Held {
+    /// Each key with its lease.
+    pub parts: Vec<Part>,
+    /// The claims to export to the command (inherited ones plus the ones taken here).
+    pub claims: Vec<Claim>,
+}
+
+/// `keys` sorted bytewise: the one order every run takes them in.
+pub fn canonical(keys: &[Key]) -> Vec<&Key> {
+    let mut sorted: Vec<&Key> = keys.iter().collect();
+    sorted.sort_by(|a, b| a.as_str().as_bytes().cmp(b.as_str().as_bytes()));
+    sorted
+}
+
+/// Takes every key (or finds it held by an enclosing run). On error nothing is held.
+pub fn acquire(backend: &dyn Backend, want: &Want<'_>) -> anyhow::Result<Held> {
+    let inherited = inherited();
+    let location = backend.location();
+    let backend_name = backend.kind().name();
+    let mut held = Held {
+        parts: Vec::with_capacity(want.keys.len()),
+        claims: inherited.clone(),
+    };
+    for key in &want.keys {
+        let claim = inherited
+            .iter()
+            .find(|c| c.backend == backend_name && c.location == location && c.key == key.as_str());
+        if let Some(claim) = claim {
+            if !claim.mode.covers(want.mode) {
+                release_all(held.parts);
+                return Err(Usage(format!(
+                    "an enclosing dlock run (pid {}) holds '{key}' as {}; a nested run cannot take it as {}",
+                    claim.pid,
+                    claim.mode.describe(),
+                    want.mode.describe()
+                ))
+                .into());
+            }
+            match still_held(backend, key, claim) {
+                Ok(true) => {
+                    report::verbose(format_args!(
+                        "'{key}' is held by the enclosing dlock run (pid {}): running under it",
+                        claim.pid
+                    ));
+                    held.parts
+                        .push(Part::new(key, Box::new(Inherited::new(claim))));
+                    continue;
+                }
+                Ok(false) => report::verbose(format_args!(
+                    "'{key}': the enclosing dlock run (pid {}) no longer holds it; acquiring",
+                    claim.pid
+                )),
+                Err(e) => {
+                    release_all(held.parts);
+                    return Err(e);
+                }
+            }
+        }
+        match acquire_one(backend, key, want, &mut held.parts) {
+            Ok(lease) => {
+                held.claims.retain(|c| {
+                    !(c.backend == backend_name && c.location == location && c.key == key.as_str())
+                });
+                held.claims.push(Claim {
+                    backend: backend_name.to_string(),
+                    location: location.clone(),
+                    key: key.to_string(),
+                    mode: want.mode,
+                    token: lease.fencing_token(),
+                    host: want.holder.host.clone().unwrap_or_else(hostname),
+                    pid: std::process::id(),
+                    since_ms: want.holder.since_ms,
+                });
+                held.parts.push(Part::new(key, lease));
+            }
+            Err(e) => {
+                release_all(held.parts);
+                return Err(if want.keys.len() > 1 {
+                    e.context(format!("cannot acquire '{key}'"))
+                } else {
+                    e
+                });
+            }
+        }
+    }
+    // Leases that lived unattended (or were taken first) may have waited long for the others:
+    // make sure each is still ours, and restart its lease clock, before the command starts.
+    if held.parts.len() > 1 {
+        for i in 0..held.parts.len() {
+            if let Err(e) = held.parts[i].renew_if_due("acquiring the other keys") {
+                release_all(held.parts);
+                return Err(e);
+            }
+        }
+    }
+    Ok(held)
+}
+
+/// Acquires one key; while it waits, renews the leases already in `held` when they are due.
+fn acquire_one(
+    backend: &dyn Backend,
+    key: &Key,
+    want: &Want<'_>,
+    held: &mut [Part],
+) -> anyhow::Result<Box<dyn Lease>> {
+    let line = WaitingLine::start(key.as_str());
+    let on_holder = |h: &Holder| line.holder(h);
+    let waiting = format!("waiting for '{key}'");
+    loop {
+        let next_renewal = held
+            .iter()
+            .filter(|p| !p.lease.lives_unattended())
+            .map(Part::due)
+            .min()
+            .map(|d| Instant::now() + d.remaining());
+        let (deadline, sliced) = match (want.deadline, next_renewal) {
+            (Deadline::Now, _) | (_, None) => (want.deadline, false),
+            (Deadline::At(t), Some(r)) if t <= r => (want.deadline, false),
+            (_, Some(r)) => (Deadline::At(r), true),
+        };
+        let result = backend.acquire(&Request {
+            key,
+            mode: want.mode,
+            ttl: want.ttl,
+            deadline,
+            holder: want.holder,
+            interrupt: want.interrupt,
+            on_holder: &on_holder,
+        });
+        match result {
+            Err(e) if sliced && e.is::<Busy>() => {
+                for part in held.iter_mut().filter(|p| !p.lease.lives_unattended()) {
+                    part.renew_if_due(&waiting)?;
+                }
+            }
+            other => return other,
+        }
+    }
+}
+
+fn release_all(parts: Vec<Part>) {
+    for p in parts.into_iter().rev() {
+        if let Err(e) = p.lease.release() {
+            report::warn(format_args!(
+                "release of '{}' failed (it expires by itself): {e:#}",
+                p.key
+            ));
+        }
+    }
+}
+
+/// Whether the holder a claim names still holds `key`, and is an ancestor of this process (a
+/// claim copied into an unrelated process is not honoured).
+fn still_held(backend: &dyn Backend, key: &Key, claim: &Claim) -> anyhow::Result<bool> {
+    if claim.host != hostname() || !is_ancestor(claim.pid) {
+        return Ok(false);
+    }
+    let status = backend.status(key)?;
+    Ok(status.holders.iter().any(|h| {
+        h.pid == Some(claim.pid)
+            && h.host.as_deref().is_none_or(|host| host == claim.host)
+            && h.fencing_token == claim.token
+            && (h.since_ms.is_none() || claim.since_ms.is_none() || h.since_ms == claim.since_ms)
+    }))
+}
+
+/// Whether `pid` is this process's parent, grandparent, ...
+fn is_ancestor(pid: u32) -> bool {
+    let mut p = std::os::unix::process::parent_id();
+    for _ in 0..1024 {
+        if p == pid {
+            return true;
+        }
+        if p <= 1 {
+            return false;
+        }
+        match parent_of(p) {
+            Some(pp) => p = pp,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// The parent pid of `pid`, from `/proc/PID/stat` (the field after the command's closing paren).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A lock held by an enclosing run: nothing to renew or release here, but if that run dies the
+/// lock goes with it (its lease runs out), so its pid is checked every [`ANCESTOR_CHECK`].
+struct Inherited {
+    token: Option<u64>,
+    pid: u32,
+    since: BootInstant,
+}
+
+impl Inherited {
+    fn new(claim: &Claim) -> Inherited {
+        Inherited {
+            token: claim.token,
+            pid: claim.pid,
+            since: BootInstant::now(),
+        }
+    }
+}
+
+impl Lease for Inherited {
+    fn fencing_token(&self) -> Option<u64> {
+        self.token
+    }
+    fn ttl(&self) -> Option<Duration> {
+        None
+    }
+    fn acquired_at(&self) -> BootInstant {
+        self.since
+    }
+    fn renew_every(&self) -> Duration {
+        ANCESTOR_CHECK
+    }
+    fn lives_unattended(&self) -> bool {
+        true
+    }
+    fn renew(&mut self) -> Result<(), RenewError> {
+        if is_ancestor(self.pid) {
+            Ok(())
+        } else {
+            Err(RenewError::Lost(format!(
+                "the enclosing dlock run (pid {}) that holds it is gone",
+                self.pid
+            )))
+        }
+    }
+    fn release(self: Box<Self>) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// Several leases held as one: renewed together, released together (in reverse order); losing
+/// any is losing all.
+pub struct LeaseSet {
+    parts: Vec<(Key, Box<dyn Lease>)>,
+    /// When each part's lease was last extended (the send time of its acquire or renewal).
+    since: Vec<BootInstant>,
+}
+
+impl LeaseSet {
+    /// One lease for several; a single lease is returned as it is.
+    pub fn join(mut parts: Vec<Part>) -> Box<dyn Lease> {
+        if parts.len() == 1 {
+            return parts.remove(0).lease;
+        }
+        let since = parts.iter().map(|p| p.since).collect();
+        let parts = parts.into_iter().map(|p| (p.key, p.lease)).collect();
+        Box::new(LeaseSet { parts, since })
+    }
+}
+
+impl Lease for LeaseSet {
+    fn fencing_token(&self) -> Option<u64> {
+        self.parts.first().and_then(|(_, l)| l.fencing_token())
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        self.parts.iter().filter_map(|(_, l)| l.ttl()).min()
+    }
+
+    fn acquired_at(&self) -> BootInstant {
+        self.since
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or_else(BootInstant::now)
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.parts
+            .iter()
+            .map(|(_, l)| l.renew_every())
+            .min()
+            .unwrap_or(Duration::from_secs(1))
+    }
+
+    fn lives_unattended(&self) -> bool {
+        self.parts.iter().all(|(_, l)| l.lives_unattended())
+    }
+
+    fn renew(&mut self) -> Result<(), RenewError> {
+        let mut failed = None;
+        for ((key, lease), since) in self.parts.iter_mut().zip(self.since.iter_mut()) {
+            let sent = BootInstant::now();
+            match lease.renew() {
+                Ok(()) => *since = sent,
+                Err(RenewError::Lost(why)) => {
+                    return Err(RenewError::Lost(format!("'{key}': {why}")));
+                }
+                Err(RenewError::Failed(e)) => {
+                    failed.get_or_insert(RenewError::Failed(e.context(format!("'{key}'"))));
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn release(self: Box<Self>) -> anyhow::Result<()> {
+        let mut first_error = None;
+        for (key, lease) in self.parts.into_iter().rev() {
+            if let Err(e) = lease.release() {
+                first_error.get_or_insert(e.context(format!("'{key}'")));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn watch_loss(&mut self, lost: LossNotifier) {
+        let lost: Arc<LossNotifier> = Arc::new(lost);
+        for (key, lease) in &mut self.parts {
+            let lost = lost.clone();
+            let key = key.to_string();
+            lease.watch_loss(Box::new(move |why| lost(format!("'{key}': {why}"))));
+        }
+    }
+}
