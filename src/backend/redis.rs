@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::Context;
 use redis::{Client, Connection, Script};
 
-use super::{Backend, Holder, Lease, RenewError, Request, Status};
+use super::{Backend, Holder, Lease, Mode, RenewError, Request, Status};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, redact};
 use crate::exit::{Interrupted, Unavailable, Usage};
@@ -34,11 +34,34 @@ const SIGNAL_TTL_MS: u64 = 1000;
 
 /// SET NX PX; on success seed (from the server clock, in microseconds, so a flushed or restarted
 /// server still hands out larger tokens) and INCR the fence, store the owner, leave the waiters;
-/// "already mine" is success too (a retry after a lost reply). On failure register as a waiter
-/// (when waiting) and return the holder's PTTL.
+/// "already mine" is success too (a retry after a lost reply). Shared holders (live entries of
+/// `:holders`) keep it out too. On failure register as a waiter and as a waiting writer (which
+/// keeps new shared holders out), when waiting, and return `{0, ms}`: when to look again
+/// without a wake-up (the holder's PTTL, or the first shared lease's end). `{-1, n}`: the key
+/// is a semaphore of n (a mode mismatch).
 pub(super) const ACQUIRE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local slice = tonumber(ARGV[4])
+local function wait()
+  if slice > 0 then
+    for _, k in ipairs({KEYS[4], KEYS[6]}) do
+      redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
+      redis.call('ZADD', k, now + slice + 1000, ARGV[1])
+      if redis.call('PTTL', k) < slice + 1000 then
+        redis.call('PEXPIRE', k, slice + 1000)
+      end
+    end
+  end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+if redis.call('ZCARD', KEYS[5]) > 0 then
+  local mode = tonumber(redis.call('HGET', KEYS[7], '~mode') or '0')
+  if mode > 0 then return {-1, mode} end
+  wait()
+  local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+  return {0, tonumber(first[2]) - now}
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('SET', KEYS[2], string.format('%d', now * 1000))
@@ -47,21 +70,135 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('HSET', KEYS[3], 'token', ARGV[1], 'fence', fence, 'meta', ARGV[3])
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('ZREM', KEYS[6], ARGV[1])
   return {1, fence}
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('ZREM', KEYS[6], ARGV[1])
   return {1, tonumber(redis.call('HGET', KEYS[3], 'fence'))}
+end
+wait()
+return {0, redis.call('PTTL', KEYS[1])}
+"#;
+
+/// A shared lock (ARGV[5] = 0) or a semaphore slot (ARGV[5] = n): purge expired holders; enter
+/// `:holders` (token -> lease end on the server's clock) if no exclusive holder holds and, for a
+/// shared lock, no exclusive run waits (writer preference), or for a semaphore fewer than n
+/// hold. A shared holder that enters passes the wake-up on (the next waiter may be a reader
+/// too). Replies as ACQUIRE; `{-1, m}` when the holders use another mode (m = 0 shared, -1
+/// exclusive, else their n).
+const ACQUIRE_SHARED: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+local n = tonumber(ARGV[5])
+for _, g in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)) do
+  redis.call('HDEL', KEYS[3], g, 'f:' .. g)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+local count = redis.call('ZCARD', KEYS[5])
+if count == 0 then redis.call('DEL', KEYS[3]) end
+if redis.call('ZSCORE', KEYS[5], ARGV[1]) then
+  return {1, tonumber(redis.call('HGET', KEYS[3], 'f:' .. ARGV[1]))}
+end
+local mode = redis.call('HGET', KEYS[3], '~mode')
+if mode and tonumber(mode) ~= n then return {-1, tonumber(mode)} end
+local busy
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if n > 0 then return {-1, -1} end
+  busy = true
+elseif n > 0 then
+  busy = count >= n
+else
+  busy = redis.call('ZCOUNT', KEYS[6], now, '+inf') > 0
+end
+if not busy then
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('SET', KEYS[2], string.format('%d', now * 1000))
+  end
+  local fence = redis.call('INCR', KEYS[2])
+  redis.call('ZADD', KEYS[5], now + ttl, ARGV[1])
+  redis.call('HSET', KEYS[3], '~mode', n, ARGV[1], ARGV[3], 'f:' .. ARGV[1], fence)
+  if redis.call('PTTL', KEYS[5]) < ttl then redis.call('PEXPIRE', KEYS[5], ttl) end
+  redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[5]))
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  if n == 0 and redis.call('ZCOUNT', KEYS[4], now, '+inf') > 0 then
+    redis.call('DEL', KEYS[7])
+    redis.call('RPUSH', KEYS[7], 1)
+    redis.call('PEXPIRE', KEYS[7], ARGV[6])
+  end
+  return {1, fence}
 end
 local slice = tonumber(ARGV[4])
 if slice > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-  redis.call('ZADD', KEYS[4], now + slice, ARGV[1])
+  redis.call('ZADD', KEYS[4], now + slice + 1000, ARGV[1])
   if redis.call('PTTL', KEYS[4]) < slice + 1000 then
     redis.call('PEXPIRE', KEYS[4], slice + 1000)
   end
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl < 0 then
+  local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+  if first[2] then pttl = tonumber(first[2]) - now else pttl = -1 end
+end
+return {0, pttl}
+"#;
+
+/// Extends a shared holder's lease if it is still live: 1, else 0.
+const RENEW_SHARED: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if s and tonumber(s) > now then
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  if redis.call('PTTL', KEYS[1]) < ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  end
+  return 1
+end
+return 0
+"#;
+
+/// Removes a shared holder (an empty token: all of them, for `break`) and wakes one waiter: for
+/// a semaphore at every release (a slot is free), for a shared lock when the last one leaves.
+const RELEASE_SHARED: &str = r#"
+local removed
+if ARGV[1] == '' then
+  removed = redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[2])
+else
+  removed = redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1], 'f:' .. ARGV[1])
+end
+local left = redis.call('ZCARD', KEYS[1])
+if left == 0 then redis.call('DEL', KEYS[2]) end
+if removed == 1 and (ARGV[3] ~= '0' or left == 0) then
+  redis.call('DEL', KEYS[3])
+  redis.call('RPUSH', KEYS[3], 1)
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+end
+return removed
+"#;
+
+/// The shared holders for `status`: the mode, then token, lease left (ms), metadata and fencing
+/// token of each live one.
+const STATUS_SHARED: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {redis.call('HGET', KEYS[2], '~mode') or ''}
+local all = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf', 'WITHSCORES')
+for i = 1, #all, 2 do
+  local tok = all[i]
+  table.insert(out, tok)
+  table.insert(out, tostring(tonumber(all[i + 1]) - now))
+  table.insert(out, redis.call('HGET', KEYS[2], tok) or '')
+  table.insert(out, redis.call('HGET', KEYS[2], 'f:' .. tok) or '')
+end
+return out
 "#;
 
 /// Extends the lock and its metadata if the token is still ours: 1, else 0.
@@ -146,6 +283,12 @@ pub(super) struct Keys {
     pub(super) owner: String,
     pub(super) signal: String,
     pub(super) waiters: String,
+    /// Shared holders and semaphore slot holders: token -> lease end (server ms).
+    pub(super) holders: String,
+    /// Their metadata and fencing tokens, and `~mode` (0 shared, else the semaphore's n).
+    pub(super) hmeta: String,
+    /// Waiting exclusive runs: token -> registration end; new shared holders wait for them.
+    pub(super) wwait: String,
 }
 
 impl Keys {
@@ -158,6 +301,9 @@ impl Keys {
             owner: format!("{lock}:owner"),
             signal: format!("{lock}:signal"),
             waiters: format!("{lock}:waiters"),
+            holders: format!("{lock}:holders"),
+            hmeta: format!("{lock}:hmeta"),
+            wwait: format!("{lock}:wwait"),
             lock,
         }
     }
@@ -188,10 +334,25 @@ impl RedisBackend {
         Ok(RedisBackend { node })
     }
 
+    /// The exclusive holder, else one shared holder, for messages.
     fn holder(&self, con: &mut Connection, keys: &Keys) -> Option<Holder> {
         let meta: Option<String> = redis::cmd("HGET")
             .arg(&keys.owner)
             .arg("meta")
+            .query(con)
+            .ok()?;
+        if let Some(h) = meta.and_then(|m| serde_json::from_str(&m).ok()) {
+            return Some(h);
+        }
+        let first: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&keys.holders)
+            .arg(0)
+            .arg(0)
+            .query(con)
+            .ok()?;
+        let meta: Option<String> = redis::cmd("HGET")
+            .arg(&keys.hmeta)
+            .arg(first.first()?)
             .query(con)
             .ok()?;
         serde_json::from_str(&meta?).ok()
@@ -216,8 +377,73 @@ pub(super) fn release_script(keys: &Keys, token: &str) -> redis::ScriptInvocatio
     inv
 }
 
+fn release_shared_script(keys: &Keys, token: &str, mode: Mode) -> redis::ScriptInvocation<'static> {
+    static SCRIPT: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+    let mut inv = script(&SCRIPT, RELEASE_SHARED).prepare_invoke();
+    inv.key(&keys.holders)
+        .key(&keys.hmeta)
+        .key(&keys.signal)
+        .arg(token)
+        .arg(SIGNAL_TTL_MS)
+        .arg(mode.limit().unwrap_or(0));
+    inv
+}
+
 pub(super) fn script(cell: &'static std::sync::OnceLock<Script>, src: &str) -> &'static Script {
     cell.get_or_init(|| Script::new(src))
+}
+
+/// One acquire attempt for `mode` (ACQUIRE or ACQUIRE_SHARED with their keys); `slice_ms` > 0
+/// registers a waiter for that long.
+pub(super) fn acquire_script(
+    keys: &Keys,
+    mode: Mode,
+    token: &str,
+    ttl_ms: u64,
+    meta: &str,
+    slice_ms: u64,
+) -> redis::ScriptInvocation<'static> {
+    static ACQ: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+    static ACQ_SHARED: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+    let mut inv = match mode {
+        Mode::Exclusive => {
+            let mut inv = script(&ACQ, ACQUIRE).prepare_invoke();
+            inv.key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.owner)
+                .key(&keys.waiters)
+                .key(&keys.holders)
+                .key(&keys.wwait)
+                .key(&keys.hmeta);
+            inv
+        }
+        Mode::Shared | Mode::Limit(_) => {
+            let mut inv = script(&ACQ_SHARED, ACQUIRE_SHARED).prepare_invoke();
+            inv.key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.hmeta)
+                .key(&keys.waiters)
+                .key(&keys.holders)
+                .key(&keys.wwait)
+                .key(&keys.signal);
+            inv
+        }
+    };
+    inv.arg(token).arg(ttl_ms).arg(meta).arg(slice_ms);
+    if mode != Mode::Exclusive {
+        inv.arg(mode.limit().unwrap_or(0)).arg(SIGNAL_TTL_MS);
+    }
+    inv
+}
+
+/// The error for ACQUIRE's `{-1, m}` reply.
+pub(super) fn mismatch(req: &Request<'_>, theirs: i64) -> anyhow::Error {
+    let theirs = match theirs {
+        -1 => "exclusive".to_string(),
+        0 => "shared".to_string(),
+        n => format!("--limit {n}"),
+    };
+    super::mode_mismatch(req.key, req.mode, &theirs)
 }
 
 impl Backend for RedisBackend {
@@ -229,8 +455,11 @@ impl Backend for RedisBackend {
         self.node.addr.clone()
     }
 
+    fn unsupported(&self, _mode: Mode) -> Option<String> {
+        None
+    }
+
     fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
-        static ACQ: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
         let keys = Keys::new(req.key);
         let token = token()?;
         let meta = serde_json::to_string(req.holder)?;
@@ -240,10 +469,7 @@ impl Backend for RedisBackend {
         let mut told_holder = false;
         loop {
             if let Some(sig) = req.interrupt.fired() {
-                let _: redis::RedisResult<i64> = redis::cmd("ZREM")
-                    .arg(&keys.waiters)
-                    .arg(&token)
-                    .query(&mut con);
+                forget_waiter(&mut con, &keys, &token);
                 return Err(Interrupted(sig).into());
             }
             let slice = match req.deadline.remaining() {
@@ -251,16 +477,15 @@ impl Backend for RedisBackend {
                 None => MAX_BLOCK,
             };
             let sent = BootInstant::now();
-            let reply: redis::RedisResult<(i64, i64)> = script(&ACQ, ACQUIRE)
-                .key(&keys.lock)
-                .key(&keys.fence)
-                .key(&keys.owner)
-                .key(&keys.waiters)
-                .arg(&token)
-                .arg(ttl_ms)
-                .arg(&meta)
-                .arg(slice.as_millis() as u64)
-                .invoke(&mut con);
+            let reply: redis::RedisResult<(i64, i64)> = acquire_script(
+                &keys,
+                req.mode,
+                &token,
+                ttl_ms,
+                &meta,
+                slice.as_millis() as u64,
+            )
+            .invoke(&mut con);
             let (acquired, value) = match reply {
                 Ok(r) => r,
                 Err(e) => {
@@ -269,12 +494,17 @@ impl Backend for RedisBackend {
                     return Err(Unavailable(format!("{}: {e}", self.node.addr)).into());
                 }
             };
+            if acquired == -1 {
+                forget_waiter(&mut con, &keys, &token);
+                return Err(mismatch(req, value));
+            }
             if acquired == 1 {
                 return Ok(Box::new(RedisLease {
                     node: self.node.clone(),
                     con: Some(con),
                     keys,
                     token,
+                    mode: req.mode,
                     ttl: req.ttl,
                     fence: u64::try_from(value).ok(),
                     acquired_at: sent,
@@ -282,10 +512,7 @@ impl Backend for RedisBackend {
             }
             if req.waited_out() {
                 let holder = self.holder(&mut con, &keys);
-                let _: redis::RedisResult<i64> = redis::cmd("ZREM")
-                    .arg(&keys.waiters)
-                    .arg(&token)
-                    .query(&mut con);
+                forget_waiter(&mut con, &keys, &token);
                 return Err(req.busy(holder.as_ref()));
             }
             if !told_holder {
@@ -360,6 +587,26 @@ impl Backend for RedisBackend {
             h.lease_left_ms = u64::try_from(pttl).ok();
             status.holders.push(h);
         }
+        static ST_SHARED: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+        let shared: Vec<String> = script(&ST_SHARED, STATUS_SHARED)
+            .key(&keys.holders)
+            .key(&keys.hmeta)
+            .invoke(&mut con)
+            .map_err(|e| Unavailable(format!("{}: {e}", self.node.addr)))?;
+        if let Some((mode, rest)) = shared.split_first() {
+            for entry in rest.chunks_exact(4) {
+                let mut h: Holder = serde_json::from_str(&entry[2]).unwrap_or_default();
+                h.lease_left_ms = entry[1].parse().ok();
+                h.fencing_token = entry[3].parse().ok();
+                status.holders.push(h);
+            }
+            if rest.len() >= 4 {
+                status.held = true;
+                let n: u32 = mode.parse().unwrap_or(0);
+                status.mode = Some(if n > 0 { "limit" } else { "shared" });
+                status.limit = (n > 0).then_some(n);
+            }
+        }
         Ok(status)
     }
 
@@ -370,8 +617,26 @@ impl Backend for RedisBackend {
         let _: i64 = release_script(&keys, "")
             .invoke(&mut con)
             .map_err(|e| Unavailable(format!("{}: {e}", self.node.addr)))?;
+        let _: i64 = release_shared_script(&keys, "", Mode::Shared)
+            .invoke(&mut con)
+            .map_err(|e| Unavailable(format!("{}: {e}", self.node.addr)))?;
         Ok(status)
     }
+}
+
+/// Takes a waiter that gives up off the waiter lists (for `status`, and so that a writer that
+/// stopped waiting no longer keeps shared holders out).
+fn forget_waiter(con: &mut Connection, keys: &Keys, token: &str) {
+    let _: redis::RedisResult<()> = redis::pipe()
+        .cmd("ZREM")
+        .arg(&keys.waiters)
+        .arg(token)
+        .ignore()
+        .cmd("ZREM")
+        .arg(&keys.wwait)
+        .arg(token)
+        .ignore()
+        .query(con);
 }
 
 /// The connection a waiter blocks on (never the lock's own connection).
@@ -411,6 +676,8 @@ struct RedisLease {
     con: Option<Connection>,
     keys: Keys,
     token: String,
+    /// Exclusive (the lock key) or shared/semaphore (an entry in `:holders`).
+    mode: Mode,
     ttl: Duration,
     fence: Option<u64>,
     acquired_at: BootInstant,
@@ -440,20 +707,20 @@ impl Lease for RedisLease {
 
     fn renew(&mut self) -> Result<(), RenewError> {
         static RN: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
-        let (lock, owner, token, ttl_ms) = (
-            self.keys.lock.clone(),
-            self.keys.owner.clone(),
-            self.token.clone(),
-            self.ttl.as_millis() as u64,
-        );
+        static RN_SHARED: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+        let mut inv = if self.mode == Mode::Exclusive {
+            let mut inv = script(&RN, RENEW).prepare_invoke();
+            inv.key(&self.keys.lock).key(&self.keys.owner);
+            inv
+        } else {
+            let mut inv = script(&RN_SHARED, RENEW_SHARED).prepare_invoke();
+            inv.key(&self.keys.holders).key(&self.keys.hmeta);
+            inv
+        };
+        inv.arg(&self.token).arg(self.ttl.as_millis() as u64);
         let addr = self.node.addr.clone();
         let con = self.con().map_err(RenewError::Failed)?;
-        let reply: redis::RedisResult<i64> = script(&RN, RENEW)
-            .key(lock)
-            .key(owner)
-            .arg(token)
-            .arg(ttl_ms)
-            .invoke(con);
+        let reply: redis::RedisResult<i64> = inv.invoke(con);
         match reply {
             Ok(1) => Ok(()),
             Ok(_) => Err(RenewError::Lost(format!(
@@ -467,7 +734,11 @@ impl Lease for RedisLease {
     }
 
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
-        let inv = release_script(&self.keys, &self.token);
+        let inv = if self.mode == Mode::Exclusive {
+            release_script(&self.keys, &self.token)
+        } else {
+            release_shared_script(&self.keys, &self.token, self.mode)
+        };
         let addr = self.node.addr.clone();
         let con = self.con()?;
         let _: i64 = inv

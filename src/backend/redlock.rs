@@ -14,9 +14,9 @@ use std::time::Duration;
 use redis::{Connection, Script};
 
 use super::redis::{
-    ACQUIRE, COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, release_script, script, token,
+    COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, acquire_script, release_script, script, token,
 };
-use super::{Backend, Holder, Lease, RenewError, Request, Status};
+use super::{Backend, Holder, Lease, Mode, RenewError, Request, Status};
 use crate::clock::{BootInstant, drift_margin};
 use crate::config::{BackendKind, Key};
 use crate::exit::{Interrupted, Unavailable, Usage};
@@ -151,7 +151,6 @@ impl Backend for Redlock {
     }
 
     fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
-        static ACQ: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
         let keys = Keys::new(req.key);
         let token = token()?;
         let meta = serde_json::to_string(req.holder)?;
@@ -172,15 +171,7 @@ impl Backend for Redlock {
             let start = BootInstant::now();
             let replies = parallel(&mut slots, |slot| {
                 slot.with(timeout, |c| {
-                    script(&ACQ, ACQUIRE)
-                        .key(&keys.lock)
-                        .key(&keys.fence)
-                        .key(&keys.owner)
-                        .key(&keys.waiters)
-                        .arg(&token)
-                        .arg(ttl_ms)
-                        .arg(&meta)
-                        .arg(waiting_ms)
+                    acquire_script(&keys, Mode::Exclusive, &token, ttl_ms, &meta, waiting_ms)
                         .invoke::<(i64, i64)>(c)
                 })
             });

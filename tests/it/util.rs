@@ -93,7 +93,11 @@ impl TestBackend {
 
     /// Redis at `url`.
     pub fn redis(url: &str) -> TestBackend {
-        TestBackend::server("redis", url)
+        TestBackend {
+            shared: true,
+            limit: true,
+            ..TestBackend::server("redis", url)
+        }
     }
 
     /// MySQL/MariaDB at `url`.
