@@ -16,6 +16,11 @@
 //!   supervisor stops the command once no check has succeeded for a session timeout, so a
 //!   disconnected holder's command is stopped before the server could expire the session. An
 //!   expired session or a deleted node is reported at once, by watches.
+//! - Modes: a shared lock's node is `-read-` (it holds when no `-lock-` node is before it, and
+//!   watches the nearest earlier one: a reader that arrives after a waiting writer queues behind
+//!   it, so writers are not starved); a semaphore slot's is `-limitN-` (the N lowest hold; a
+//!   waiter watches the children, as ZooKeeper cannot watch "any of N", so a release wakes every
+//!   waiter of that key). Nodes of different modes (another N) before ours: a mode mismatch.
 //! - Fencing token: the lock node's czxid (64-bit, grows across the whole ensemble; the sequence
 //!   number is 32-bit and restarts with the parent).
 //! - Release: delete our node, then close the session (both leave at once), so the next waiter
@@ -41,7 +46,8 @@ use zookeeper_client::{
 };
 
 use super::{
-    Backend, Holder, Lease, LossNotifier, RenewError, Request, Status, escape_key, percent_decode,
+    Backend, Holder, Lease, LossNotifier, Mode, RenewError, Request, Status, escape_key,
+    percent_decode,
 };
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, redact};
@@ -59,8 +65,50 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The session timeout asked for by `status` and `break`.
 const ADMIN_SESSION: Duration = Duration::from_secs(10);
-/// Curator's lock name: lock nodes are `_c_<uuid>-lock-<sequence>`.
-const LOCK_NAME: &str = "-lock-";
+/// The part of a lock node's name between the uuid and the sequence: Curator's `-lock-` for an
+/// exclusive lock, `-read-` for a shared one, `-limitN-` for a slot of a semaphore of N.
+fn node_kind(mode: Mode) -> String {
+    match mode {
+        Mode::Exclusive => "-lock-".into(),
+        Mode::Shared => "-read-".into(),
+        Mode::Limit(n) => format!("-limit{n}-"),
+    }
+}
+
+/// The mode a lock node's name says (`None`: not a lock node of ours).
+fn kind_of(name: &str) -> Option<Mode> {
+    let (head, seq) = name.rsplit_once('-')?;
+    seq.parse::<u32>().ok()?;
+    match head.rsplit_once('-')?.1 {
+        "lock" => Some(Mode::Exclusive),
+        "read" => Some(Mode::Shared),
+        k => Some(Mode::Limit(k.strip_prefix("limit")?.parse().ok()?)),
+    }
+}
+
+/// Whether a node of kind `theirs` and a request for `want` can share a queue: semaphores only
+/// with the same N, exclusive and shared locks with each other.
+fn compatible(want: Mode, theirs: Mode) -> bool {
+    match (want, theirs) {
+        (Mode::Limit(a), Mode::Limit(b)) => a == b,
+        (Mode::Limit(_), _) | (_, Mode::Limit(_)) => false,
+        _ => true,
+    }
+}
+
+/// What the node at `pos` of a queue waits for: `None` if it holds; `Some(Some(i))`: the node at
+/// `i` (the predecessor of an exclusive node, the nearest earlier exclusive node of a shared
+/// one); `Some(None)`: any change of the queue (a semaphore slot frees when any holder goes).
+fn blocked_by(queue: &[String], pos: usize) -> Option<Option<usize>> {
+    match kind_of(&queue[pos])? {
+        Mode::Exclusive => (pos > 0).then(|| Some(pos - 1)),
+        Mode::Shared => queue[..pos]
+            .iter()
+            .rposition(|n| kind_of(n) == Some(Mode::Exclusive))
+            .map(Some),
+        Mode::Limit(n) => (pos >= n as usize).then_some(None),
+    }
+}
 /// The top node under the chroot.
 const ROOT: &str = "dlock";
 
@@ -183,7 +231,8 @@ fn lock_queue(children: Vec<String>) -> Vec<String> {
     let mut queue: Vec<(i64, String)> = children
         .into_iter()
         .filter_map(|c| {
-            let seq = c.rsplit_once(LOCK_NAME)?.1.parse::<i64>().ok()?;
+            kind_of(&c)?;
+            let seq = c.rsplit_once('-')?.1.parse::<i64>().ok()?;
             Some((seq, c))
         })
         .collect();
@@ -396,11 +445,13 @@ impl ZkBackend {
         client: &Client,
         parent: &str,
         data: &[u8],
+        mode: Mode,
     ) -> anyhow::Result<(OurNode, Option<Listing>)> {
         let uuid = uuid_v4()?;
-        let prefix = format!("{parent}/_c_{uuid}{LOCK_NAME}");
+        let kind = node_kind(mode);
+        let prefix = format!("{parent}/_c_{uuid}{kind}");
         let options = CreateMode::EphemeralSequential.with_acls(self.acls());
-        let named = |seq: CreateSequence| format!("_c_{uuid}{LOCK_NAME}{seq}");
+        let named = |seq: CreateSequence| format!("_c_{uuid}{kind}{seq}");
         for _ in 0..10 {
             // The listing is sent right behind the create, in one round trip: a session's
             // requests are answered in order, so it includes our node.
@@ -485,7 +536,7 @@ impl ZkBackend {
         created: &mut Option<String>,
     ) -> anyhow::Result<(OurNode, BootInstant)> {
         let data = serde_json::to_vec(req.holder)?;
-        let (mut ours, mut listing) = self.create_node(client, parent, &data).await?;
+        let (mut ours, mut listing) = self.create_node(client, parent, &data, req.mode).await?;
         *created = Some(format!("{parent}/{}", ours.name));
         let notify = Arc::new(Notify::new());
         let mut guard = None;
@@ -507,13 +558,20 @@ impl ZkBackend {
                 // Our node is gone while we waited (`dlock break` deletes the holder's node):
                 // join the queue again.
                 crate::report::verbose(format_args!("our lock node vanished; queueing again"));
-                (ours, listing) = self.create_node(client, parent, &data).await?;
+                (ours, listing) = self.create_node(client, parent, &data, req.mode).await?;
                 *created = Some(format!("{parent}/{}", ours.name));
                 continue;
             };
-            if pos == 0 {
-                return Ok((ours, sent));
+            if let Some(theirs) = queue[..pos]
+                .iter()
+                .filter_map(|n| kind_of(n))
+                .find(|k| !compatible(req.mode, *k))
+            {
+                return Err(super::mode_mismatch(req.key, req.mode, &theirs.describe()));
             }
+            let Some(blocker) = blocked_by(&queue, pos) else {
+                return Ok((ours, sent));
+            };
             if req.waited_out() {
                 let holder = self.holder_of(client, parent, &queue[0]).await;
                 return Err(req.busy(holder.as_ref()));
@@ -524,12 +582,30 @@ impl ZkBackend {
                 }
                 told = Some(queue[0].clone());
             }
-            let predecessor = format!("{parent}/{}", queue[pos - 1]);
-            let watcher = match retried(client, || client.check_and_watch_stat(&predecessor)).await
-            {
-                Ok((Some(_), watcher)) => watcher,
-                Ok((None, _)) => continue, // gone already
-                Err(e) => return Err(self.fail("watch the lock's queue", e)),
+            let watcher = match blocker {
+                Some(i) => {
+                    let node = format!("{parent}/{}", queue[i]);
+                    match retried(client, || client.check_and_watch_stat(&node)).await {
+                        Ok((Some(_), watcher)) => watcher,
+                        Ok((None, _)) => continue, // gone already
+                        Err(e) => return Err(self.fail("watch the lock's queue", e)),
+                    }
+                }
+                None => {
+                    // A semaphore: any holder's going frees a slot. ZooKeeper has no watch for
+                    // "one of these N", so watch the children (every waiter of the key wakes).
+                    let sent = BootInstant::now();
+                    match retried(client, || client.list_and_watch_children(parent)).await {
+                        Ok((children, watcher)) => {
+                            if lock_queue(children.clone()) != queue {
+                                listing = Some((children, sent));
+                                continue; // changed since we looked: look again first
+                            }
+                            watcher
+                        }
+                        Err(e) => return Err(self.fail("watch the lock's queue", e)),
+                    }
+                }
             };
             if guard.is_none() {
                 let n = notify.clone();
@@ -588,11 +664,20 @@ impl ZkBackend {
 
     /// The status a key's queue (holder first) makes.
     fn status_of(&self, key: &Key, parent: &str, mut queue: Vec<(String, Holder)>) -> Status {
+        // The holders are a prefix of the queue: all nodes up to the first one that waits.
         let location = format!("{} (node {parent})", self.addr);
         let mut status = Status::new(key, self.kind(), location);
+        let names: Vec<String> = queue.iter().map(|(n, _)| n.clone()).collect();
+        let holding = (0..names.len())
+            .take_while(|&i| blocked_by(&names, i).is_none())
+            .count();
+        let rest = queue.split_off(holding);
         status.held = !queue.is_empty();
-        status.waiters = Some(queue.len().saturating_sub(1) as u64);
-        let rest = queue.split_off(queue.len().min(1));
+        status.waiters = Some(rest.len() as u64);
+        if let Some(mode) = names.first().and_then(|n| kind_of(n)) {
+            status.mode = Some(mode.name());
+            status.limit = mode.limit();
+        }
         status.holders = queue.into_iter().map(|(_, h)| h).collect();
         status.queue = rest.into_iter().map(|(_, h)| h).collect();
         status
@@ -625,6 +710,10 @@ impl Backend for ZkBackend {
 
     fn location(&self) -> String {
         self.addr.clone()
+    }
+
+    fn unsupported(&self, _mode: Mode) -> Option<String> {
+        None
     }
 
     fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
@@ -673,8 +762,10 @@ impl Backend for ZkBackend {
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
         let (parent, queue) = self.admin(async |client| {
             let (parent, queue) = self.queue_of(client, key).await?;
-            if let Some((name, _)) = queue.first() {
-                let path = format!("{parent}/{name}");
+            let names: Vec<String> = queue.iter().map(|(n, _)| n.clone()).collect();
+            let holding = (0..names.len()).take_while(|&i| blocked_by(&names, i).is_none());
+            for i in holding {
+                let path = format!("{parent}/{}", names[i]);
                 match retried(client, || client.delete(&path, None)).await {
                     Ok(()) | Err(ZkError::NoNode) => {}
                     Err(e) => return Err(self.fail(&format!("delete {path}"), e)),
@@ -862,6 +953,41 @@ mod tests {
                 "_c_b-lock-0000000010"
             ]
         );
+    }
+
+    #[test]
+    fn who_holds_in_each_mode() {
+        let q = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let rw = q(&[
+            "_c_a-read-0000000001",
+            "_c_b-read-0000000002",
+            "_c_c-lock-0000000003",
+            "_c_d-read-0000000004",
+        ]);
+        assert_eq!(blocked_by(&rw, 0), None);
+        assert_eq!(blocked_by(&rw, 1), None);
+        assert_eq!(
+            blocked_by(&rw, 2),
+            Some(Some(1)),
+            "a writer waits for its predecessor"
+        );
+        assert_eq!(
+            blocked_by(&rw, 3),
+            Some(Some(2)),
+            "a reader waits for the earlier writer"
+        );
+        let sem = q(&[
+            "_c_a-limit2-0000000001",
+            "_c_b-limit2-0000000002",
+            "_c_c-limit2-0000000003",
+        ]);
+        assert_eq!(blocked_by(&sem, 1), None);
+        assert_eq!(blocked_by(&sem, 2), Some(None));
+        assert_eq!(kind_of("_c_x-limit12-0000000007"), Some(Mode::Limit(12)));
+        assert_eq!(kind_of("_c_x-other-0000000007"), None);
+        assert!(!compatible(Mode::Limit(2), Mode::Limit(3)));
+        assert!(!compatible(Mode::Exclusive, Mode::Limit(3)));
+        assert!(compatible(Mode::Shared, Mode::Exclusive));
     }
 
     #[test]

@@ -113,6 +113,8 @@ impl TestBackend {
         TestBackend {
             // A deleted node is seen at once, by a watch.
             notice: Duration::from_millis(300),
+            shared: true,
+            limit: true,
             ..TestBackend::server("zookeeper", url)
         }
     }
