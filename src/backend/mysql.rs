@@ -14,6 +14,13 @@
 //!   SHA-256, so `Job` and `job`, or two long keys with a common prefix, stay distinct.
 //! - Fencing counter and holder metadata live in the table `dlock_locks` (created if missing),
 //!   written on the lock's own connection right after acquiring.
+//! - `--limit N` (N <= 32): N slot locks `dlock#<hash>#1..N`. A run takes the first free one in
+//!   one round trip (`CASE WHEN GET_LOCK(slot, 0) ...`); waiters queue on `dlock#<hash>#gate`
+//!   (the server waits), and the one at the front waits on every slot at once, one connection
+//!   per slot (GET_LOCK waits for one name only). One counter row gives the semaphore's fencing
+//!   tokens; a holder of the key in another mode (another N, or the exclusive lock) is reported.
+//! - `--shared` is refused: GET_LOCK has no shared mode, and emulating one (a reader count in a
+//!   table) would outlive dead readers or need polling.
 
 use std::time::Duration;
 
@@ -22,7 +29,7 @@ use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder};
 use sha2::{Digest, Sha256};
 
-use super::{Backend, Holder, Lease, RenewError, Request, Status};
+use super::{Backend, Deadline, Holder, Lease, Mode, RenewError, Request, Status};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, redact};
 use crate::exit::{Interrupted, Unavailable, Usage};
@@ -42,6 +49,47 @@ name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin PRIMARY KEY, \
 fence BIGINT UNSIGNED NOT NULL, \
 holder TEXT NOT NULL, \
 connection_id BIGINT UNSIGNED NOT NULL)";
+
+/// The largest `--limit` on this backend: a semaphore waiter waits on every slot, with one
+/// connection each.
+const MAX_LIMIT: u32 = 32;
+
+/// A semaphore's names share a prefix: `dlock#` + 40 hex digits of the key's SHA-256 + `#`. The
+/// prefix itself names its fencing counter row, `<prefix>gate` the lock its waiters queue on,
+/// `<prefix><i>` slot i. `#` appears in no [`lock_name`].
+pub fn slot_prefix(key: &Key) -> String {
+    let digest = Sha256::digest(key.as_str().as_bytes());
+    let hex: String = digest.iter().take(20).map(|b| format!("{b:02x}")).collect();
+    format!("dlock#{hex}#")
+}
+
+/// SQL: the metadata of a live holder of one of `key`'s semaphore slots in another mode than
+/// `mode` (any, for an exclusive lock), or of `key`'s exclusive lock (for a semaphore), or NULL.
+fn conflict_sql(key: &Key, mode: Mode) -> String {
+    let prefix = slot_prefix(key);
+    let live_slots = format!(
+        "FROM {TABLE} WHERE name LIKE '{prefix}%' AND name <> '{prefix}' \
+         AND IS_USED_LOCK(name) = connection_id"
+    );
+    match mode {
+        Mode::Limit(n) => format!(
+            "COALESCE((SELECT holder {live_slots} AND holder NOT LIKE '%\"limit\":{n}}}%' LIMIT 1), \
+             IF(IS_USED_LOCK(X'{base}') IS NULL, NULL, '{{\"mode\":\"exclusive\"}}'))",
+            base = hex(&lock_name(key))
+        ),
+        _ => format!("(SELECT holder {live_slots} LIMIT 1)"),
+    }
+}
+
+/// SQL: take the first free of `slots` without waiting: its 1-based index, or 0.
+fn any_slot_sql(slots: &[String]) -> String {
+    let whens: Vec<String> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("WHEN GET_LOCK(X'{}', 0) = 1 THEN {}", hex(s), i + 1))
+        .collect();
+    format!("SELECT CASE {} ELSE 0 END", whens.join(" "))
+}
 
 /// Locks on one MySQL or MariaDB server.
 pub struct MysqlBackend {
@@ -126,6 +174,23 @@ fn last_value<T: mysql::prelude::FromValue>(con: &mut Conn, sql: &str) -> mysql:
     Ok(value)
 }
 
+/// Runs `sql` (possibly several statements) and returns the first row of the first result set
+/// that has one.
+fn last_row<T: mysql::prelude::FromRow>(con: &mut Conn, sql: &str) -> mysql::Result<Option<T>> {
+    let mut result = con.query_iter(sql)?;
+    let mut value = None;
+    while let Some(set) = result.iter() {
+        for row in set {
+            let row = row?;
+            if value.is_none() {
+                value =
+                    Some(mysql::from_row_opt(row).map_err(|e| mysql::Error::FromRowError(e.0))?);
+            }
+        }
+    }
+    Ok(value)
+}
+
 fn hex(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
 }
@@ -175,20 +240,48 @@ impl MysqlBackend {
         Unavailable(format!("{}: {e}", self.addr)).into()
     }
 
-    /// Records the new holder and bumps the fence, on the lock's own connection. The first
-    /// token of a name is the server clock in microseconds (as for the other backends).
-    fn record(&self, con: &mut Conn, name: &str, holder: &Holder) -> anyhow::Result<u64> {
+    /// Records the new holder and bumps the fence, on the lock's own connection, in one round
+    /// trip. The fence lives in the row `counter` (the lock's own row, or a semaphore's shared
+    /// counter row); the first token of a counter is the server clock in microseconds (as for the
+    /// other backends). `conflict` is an SQL expression giving the metadata of a holder of the
+    /// key in another mode, or NULL. Returns the token and that conflicting holder.
+    fn record(
+        &self,
+        con: &mut Conn,
+        name: &str,
+        counter: &str,
+        holder: &Holder,
+        conflict: &str,
+    ) -> anyhow::Result<(u64, Option<Holder>)> {
         let meta = serde_json::to_string(holder)?;
-        // One round trip, text protocol: the values are hex literals, so nothing needs escaping.
-        let sql = format!(
-            "INSERT INTO {TABLE} (name, fence, holder, connection_id) \
-             VALUES (X'{n}', CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED), CONVERT(X'{m}' USING utf8mb4), CONNECTION_ID()) \
-             ON DUPLICATE KEY UPDATE fence = fence + 1, holder = VALUES(holder), connection_id = VALUES(connection_id); \
-             SELECT fence FROM {TABLE} WHERE name = X'{n}'",
-            n = hex(name),
-            m = hex(&meta)
-        );
-        let mut result = last_value::<u64>(con, &sql);
+        // Text protocol: the values are hex literals, so nothing needs escaping.
+        let seed = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)";
+        let upsert = "ON DUPLICATE KEY UPDATE fence = fence + 1, holder = VALUES(holder), \
+                      connection_id = VALUES(connection_id)";
+        let sql = if name == counter {
+            format!(
+                "INSERT INTO {TABLE} (name, fence, holder, connection_id) \
+                 VALUES (X'{n}', {seed}, CONVERT(X'{m}' USING utf8mb4), CONNECTION_ID()) {upsert}; \
+                 SELECT fence, {conflict} FROM {TABLE} WHERE name = X'{n}'",
+                n = hex(name),
+                m = hex(&meta)
+            )
+        } else {
+            format!(
+                "INSERT INTO {TABLE} (name, fence, holder, connection_id) \
+                 VALUES (X'{c}', {seed}, '', 0) ON DUPLICATE KEY UPDATE fence = fence + 1; \
+                 SELECT fence INTO @dlock_fence FROM {TABLE} WHERE name = X'{c}'; \
+                 INSERT INTO {TABLE} (name, fence, holder, connection_id) \
+                 VALUES (X'{n}', @dlock_fence, CONVERT(X'{m}' USING utf8mb4), CONNECTION_ID()) \
+                 ON DUPLICATE KEY UPDATE fence = @dlock_fence, holder = VALUES(holder), \
+                 connection_id = VALUES(connection_id); \
+                 SELECT @dlock_fence, {conflict}",
+                c = hex(counter),
+                n = hex(name),
+                m = hex(&meta)
+            )
+        };
+        let mut result = last_row::<(u64, Option<String>)>(con, &sql);
         if let Err(mysql::Error::MySqlError(e)) = &result {
             if e.code == 1146 {
                 // Table missing: create it once, then retry.
@@ -198,7 +291,7 @@ impl MysqlBackend {
                         self.addr
                     )
                 })?;
-                result = last_value::<u64>(con, &sql);
+                result = last_row(con, &sql);
             }
         }
         if let Err(mysql::Error::MySqlError(e)) = &result {
@@ -212,10 +305,21 @@ impl MysqlBackend {
                 );
             }
         }
-        let fence = result
+        let (fence, conflict) = result
             .map_err(|e| self.fail(e))
-            .context("cannot record the holder")?;
-        fence.context("the fencing counter vanished")
+            .context("cannot record the holder")?
+            .context("the fencing counter vanished")?;
+        let conflict = conflict.map(|m| serde_json::from_str(&m).unwrap_or_default());
+        Ok((fence, conflict))
+    }
+
+    /// (fence, metadata, connection id) of each live holder of a semaphore's slots.
+    fn slot_holders(&self, con: &mut Conn, prefix: &str) -> Vec<(u64, String, u64)> {
+        con.query(format!(
+            "SELECT fence, holder, connection_id FROM {TABLE} WHERE name LIKE '{prefix}%' \
+             AND name <> '{prefix}' AND IS_USED_LOCK(name) = connection_id ORDER BY fence"
+        ))
+        .unwrap_or_default()
     }
 
     fn holder_row(&self, con: &mut Conn, name: &str) -> Option<(u64, String, u64)> {
@@ -237,8 +341,336 @@ impl Backend for MysqlBackend {
         self.addr.clone()
     }
 
+    fn unsupported(&self, mode: Mode) -> Option<String> {
+        match mode {
+            Mode::Shared => Some(
+                "shared locks are not supported by the mysql backend (GET_LOCK is exclusive only); \
+                 use redis, zookeeper or file"
+                    .into(),
+            ),
+            Mode::Limit(n) if n > MAX_LIMIT => Some(format!(
+                "--limit {n} is too large for the mysql backend (at most {MAX_LIMIT}: a waiter \
+                 waits on every slot, with one connection each)"
+            )),
+            _ => None,
+        }
+    }
+
     fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
+        if let Mode::Limit(n) = req.mode {
+            return self.acquire_slot(req, n);
+        }
         let name = lock_name(req.key);
+        let (mut con, sent) = self.get_lock(&name, req)?;
+        // On error `con` is dropped, which releases the lock.
+        let conflict = conflict_sql(req.key, req.mode);
+        let (fence, theirs) = self.record(&mut con, &name, &name, req.holder, &conflict)?;
+        if let Some(h) = theirs {
+            let theirs = h.mode.unwrap_or(Mode::Exclusive).describe();
+            return Err(super::mode_mismatch(req.key, req.mode, &theirs));
+        }
+        Ok(Box::new(MysqlLease {
+            con: Some(con),
+            name,
+            addr: self.addr.clone(),
+            ttl: req.ttl,
+            fence,
+            acquired_at: sent,
+        }))
+    }
+
+    fn status(&self, key: &Key) -> anyhow::Result<Status> {
+        let name = lock_name(key);
+        let mut con = self.connect(COMMAND_TIMEOUT)?;
+        let holder_id: Option<u64> = con
+            .exec_first("SELECT IS_USED_LOCK(?)", (&name,))
+            .map_err(|e| self.fail(e))?
+            .flatten();
+        // Waiters are the sessions blocked in GET_LOCK on this name (visible to the same user, or
+        // to all with the PROCESS privilege).
+        let pattern = format!("%GET_LOCK(X'{}'%", hex(&name));
+        let waiters: Option<u64> = con
+            .exec_first(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND ID <> CONNECTION_ID()",
+                (&pattern,),
+            )
+            .ok()
+            .flatten();
+        let location = format!("{} (lock name {name})", self.addr);
+        let mut status = Status {
+            held: holder_id.is_some(),
+            waiters,
+            ..Status::new(key, self.kind(), location)
+        };
+        if let Some(id) = holder_id {
+            let mut h = Holder::default();
+            if let Some((fence, meta, conn)) = self.holder_row(&mut con, &name) {
+                if conn == id {
+                    h = serde_json::from_str(&meta).unwrap_or_default();
+                    h.fencing_token = Some(fence);
+                }
+            }
+            status.notes.push(format!("held by connection {id}"));
+            status.holders.push(h);
+        }
+        // A semaphore's slot holders, and the one waiter at the front (waiting on every slot).
+        let prefix = slot_prefix(key);
+        for (fence, meta, id) in self.slot_holders(&mut con, &prefix) {
+            let mut h: Holder = serde_json::from_str(&meta).unwrap_or_default();
+            h.fencing_token = Some(fence);
+            status.limit = h.mode.and_then(Mode::limit);
+            status.notes.push(format!("slot held by connection {id}"));
+            status.holders.push(h);
+            status.held = true;
+        }
+        let count = |con: &mut Conn, name: &str| -> u64 {
+            con.exec_first(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND ID <> CONNECTION_ID()",
+                (format!("%GET_LOCK(X'{}%", hex(name)),),
+            )
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+        };
+        let queued = count(&mut con, &format!("{prefix}gate"));
+        let at_front = u64::from(count(&mut con, &prefix) > queued);
+        status.waiters = status.waiters.map(|w| w + queued + at_front);
+        Ok(status)
+    }
+
+    fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
+        let status = self.status(key)?;
+        let name = lock_name(key);
+        let mut con = self.connect(COMMAND_TIMEOUT)?;
+        let holder_id: Option<u64> = con
+            .exec_first("SELECT IS_USED_LOCK(?)", (&name,))
+            .map_err(|e| self.fail(e))?
+            .flatten();
+        let slot_ids = self
+            .slot_holders(&mut con, &slot_prefix(key))
+            .into_iter()
+            .map(|(_, _, id)| id);
+        for id in holder_id.into_iter().chain(slot_ids) {
+            con.query_drop(format!("KILL {id}")).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot kill connection {id} that holds the lock ({e}); \
+                     this needs the CONNECTION_ADMIN (or SUPER) privilege, or the holder's user"
+                )
+            })?;
+        }
+        Ok(status)
+    }
+}
+
+impl MysqlBackend {
+    /// A slot of a semaphore of `n`: the first free slot, without waiting, in one round trip.
+    /// Else waiters queue on the gate lock (the server waits, one waiter at a time), and the one
+    /// at the front waits for any slot: one connection per slot, each in GET_LOCK, the first
+    /// granted wins and the others are stopped (KILL QUERY; a slot granted to a loser is released
+    /// when its connection closes). GET_LOCK cannot wait for "any of N" on one connection.
+    fn acquire_slot(&self, req: &Request<'_>, n: u32) -> anyhow::Result<Box<dyn Lease>> {
+        let prefix = slot_prefix(req.key);
+        let slots: Vec<String> = (1..=n).map(|i| format!("{prefix}{i}")).collect();
+        let ttl_secs = req.ttl.as_secs().max(1);
+        let session = format!("SET SESSION wait_timeout = {ttl_secs}; ");
+        let take_any = any_slot_sql(&slots);
+        let mut con = self.connect(MAX_SLICE + COMMAND_TIMEOUT)?;
+        let sent = BootInstant::now();
+        let got: i64 = last_value(&mut con, &format!("{session}{take_any}"))
+            .map_err(|e| self.fail(e))?
+            .unwrap_or(0);
+        let (mut con, slot, sent) = if got > 0 {
+            (con, got as usize - 1, sent)
+        } else {
+            let busy = |con: &mut Conn| {
+                let holder = self
+                    .holder_row(con, &slots[0])
+                    .and_then(|(_, h, _)| serde_json::from_str::<Holder>(&h).ok());
+                req.busy(holder.as_ref())
+            };
+            if req.deadline == Deadline::Now {
+                return Err(self.mismatch_or(&mut con, req, busy));
+            }
+            drop(con);
+            let (mut gate, _) = self.get_lock(&format!("{prefix}gate"), req)?;
+            let sent = BootInstant::now();
+            let got: i64 = last_value(&mut gate, &take_any)
+                .map_err(|e| self.fail(e))?
+                .unwrap_or(0);
+            if got > 0 {
+                let _ = gate.query_drop(format!(
+                    "DO RELEASE_LOCK(X'{}')",
+                    hex(&format!("{prefix}gate"))
+                ));
+                (gate, got as usize - 1, sent)
+            } else {
+                match self.wait_any(&slots, req.deadline, req.interrupt)? {
+                    Some((mut con, slot, sent)) => {
+                        drop(gate); // closing releases the gate for the next waiter
+                        con.query_drop(&session).map_err(|e| self.fail(e))?;
+                        (con, slot, sent)
+                    }
+                    None => {
+                        if let Some(sig) = req.interrupt.fired() {
+                            return Err(Interrupted(sig).into());
+                        }
+                        return Err(self.mismatch_or(&mut gate, req, busy));
+                    }
+                }
+            }
+        };
+        let name = slots[slot].clone();
+        let conflict = conflict_sql(req.key, req.mode);
+        let (fence, theirs) = self.record(&mut con, &name, &prefix, req.holder, &conflict)?;
+        if let Some(h) = theirs {
+            let theirs = h.mode.unwrap_or(Mode::Exclusive).describe();
+            return Err(super::mode_mismatch(req.key, req.mode, &theirs));
+        }
+        Ok(Box::new(MysqlLease {
+            con: Some(con),
+            name,
+            addr: self.addr.clone(),
+            ttl: req.ttl,
+            fence,
+            acquired_at: sent,
+        }))
+    }
+
+    /// A holder in another mode, else the error `busy` makes.
+    fn mismatch_or(
+        &self,
+        con: &mut Conn,
+        req: &Request<'_>,
+        busy: impl Fn(&mut Conn) -> anyhow::Error,
+    ) -> anyhow::Error {
+        let conflict = conflict_sql(req.key, req.mode);
+        let theirs: Option<String> = last_value(con, &format!("SELECT {conflict}"))
+            .ok()
+            .flatten();
+        match theirs.and_then(|m| serde_json::from_str::<Holder>(&m).ok()) {
+            Some(h) => super::mode_mismatch(
+                req.key,
+                req.mode,
+                &h.mode.unwrap_or(Mode::Exclusive).describe(),
+            ),
+            None => busy(con),
+        }
+    }
+
+    /// Waits until one of `slots` is granted, on one connection per slot; `None` when the
+    /// deadline passed or the interrupt fired first.
+    fn wait_any(
+        &self,
+        slots: &[String],
+        deadline: Deadline,
+        interrupt: &crate::signals::Interrupt,
+    ) -> anyhow::Result<Option<(Conn, usize, BootInstant)>> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+        let mut cons = Vec::with_capacity(slots.len());
+        for _ in slots {
+            cons.push(self.connect(MAX_SLICE + COMMAND_TIMEOUT)?);
+        }
+        let ids: Vec<u32> = cons.iter().map(|c| c.connection_id()).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let winner: Mutex<Option<(Conn, usize, BootInstant)>> = Mutex::new(None);
+        let failed: Mutex<Option<mysql::Error>> = Mutex::new(None);
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let opts = self.clone_for_waker();
+        let kill_all = {
+            let ids = ids.clone();
+            let killer = Mutex::new(None::<Conn>);
+            move || {
+                let mut c = killer.lock().unwrap_or_else(|e| e.into_inner());
+                if c.is_none() {
+                    *c = Conn::new(opts.clone()).ok();
+                }
+                if let Some(c) = c.as_mut() {
+                    for id in &ids {
+                        let _ = c.query_drop(format!("KILL QUERY {id}"));
+                    }
+                }
+            }
+        };
+        let kill_all = Arc::new(kill_all);
+        let (waker_stop, waker_kill) = (stop.clone(), kill_all.clone());
+        let _guard = interrupt.on_fire(move || {
+            waker_stop.store(true, Ordering::SeqCst);
+            waker_kill();
+        })?;
+        std::thread::scope(|s| {
+            for (i, mut con) in cons.into_iter().enumerate() {
+                let (stop, winner, failed, done) = (&stop, &winner, &failed, done_tx.clone());
+                let name = hex(&slots[i]);
+                s.spawn(move || {
+                    while !stop.load(Ordering::SeqCst) && interrupt.fired().is_none() {
+                        let slice = match deadline.remaining() {
+                            Some(d) if d.is_zero() => break,
+                            Some(d) => d.min(MAX_SLICE),
+                            None => MAX_SLICE,
+                        };
+                        let sent = BootInstant::now();
+                        let got: mysql::Result<Option<Option<i64>>> = last_value(
+                            &mut con,
+                            &format!("SELECT GET_LOCK(X'{name}', {:.3})", slice.as_secs_f64()),
+                        );
+                        match got {
+                            Ok(Some(Some(1))) => {
+                                let mut w = winner.lock().unwrap_or_else(|e| e.into_inner());
+                                if w.is_none() && !stop.swap(true, Ordering::SeqCst) {
+                                    *w = Some((con, i, sent));
+                                }
+                                break; // a loser's connection closes: its slot goes back
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                // This slot's connection is gone: the wait cannot go on.
+                                failed
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .get_or_insert(e);
+                                stop.store(true, Ordering::SeqCst);
+                                break;
+                            }
+                        }
+                    }
+                    let _ = done.send(());
+                });
+            }
+            drop(done_tx);
+            // Until every thread is out: once one has won (or the wait is over), keep stopping
+            // the others' GET_LOCKs (a KILL QUERY that lands before a query starts is lost).
+            loop {
+                let stopping = stop.load(Ordering::SeqCst)
+                    || interrupt.fired().is_some()
+                    || deadline.remaining().is_some_and(|d| d.is_zero());
+                if stopping {
+                    stop.store(true, Ordering::SeqCst);
+                    kill_all();
+                }
+                let wait = if stopping {
+                    Duration::from_millis(20)
+                } else {
+                    deadline.remaining().unwrap_or(MAX_SLICE).min(MAX_SLICE)
+                };
+                if let Err(std::sync::mpsc::RecvTimeoutError::Disconnected) =
+                    done_rx.recv_timeout(wait)
+                {
+                    break;
+                }
+            }
+        });
+        let winner = winner.into_inner().unwrap_or_else(|e| e.into_inner());
+        match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) if winner.is_none() && interrupt.fired().is_none() => Err(self.fail(e)),
+            _ => Ok(winner),
+        }
+    }
+
+    /// `GET_LOCK(name)` on a new connection whose `wait_timeout` follows `--ttl`, waiting (by
+    /// the server, in slices) until `req.deadline`; returns the connection that holds it and
+    /// when the request that got it was sent.
+    fn get_lock(&self, name: &str, req: &Request<'_>) -> anyhow::Result<(Conn, BootInstant)> {
         let ttl_secs = req.ttl.as_secs().max(1);
         // One connection for the whole wait (a failed GET_LOCK leaves it usable); its read
         // timeout outlasts the longest server-side wait.
@@ -252,30 +684,19 @@ impl Backend for MysqlBackend {
             &mut con,
             &format!(
                 "SET SESSION wait_timeout = {ttl_secs}; SELECT GET_LOCK(X'{}', 0)",
-                hex(&name)
+                hex(name)
             ),
         );
         let mut told_holder = false;
         loop {
             match got {
-                Ok(Some(Some(1))) => {
-                    // On error `con` is dropped, which releases the lock.
-                    let fence = self.record(&mut con, &name, req.holder)?;
-                    return Ok(Box::new(MysqlLease {
-                        con: Some(con),
-                        name,
-                        addr: self.addr.clone(),
-                        ttl: req.ttl,
-                        fence,
-                        acquired_at: sent,
-                    }));
-                }
+                Ok(Some(Some(1))) => return Ok((con, sent)),
                 Ok(_) => {}
                 // Any error leaves the outcome unknown: `con` is dropped, which releases it.
                 Err(e) => return Err(self.fail(e)),
             }
             let holder = self
-                .holder_row(&mut con, &name)
+                .holder_row(&mut con, name)
                 .and_then(|(_, h, _)| serde_json::from_str::<Holder>(&h).ok());
             if req.waited_out() {
                 return Err(req.busy(holder.as_ref()));
@@ -314,7 +735,7 @@ impl Backend for MysqlBackend {
                 &mut con,
                 &format!(
                     "SELECT GET_LOCK(X'{}', {:.3})",
-                    hex(&name),
+                    hex(name),
                     slice.as_secs_f64()
                 ),
             );
@@ -326,64 +747,6 @@ impl Backend for MysqlBackend {
         }
     }
 
-    fn status(&self, key: &Key) -> anyhow::Result<Status> {
-        let name = lock_name(key);
-        let mut con = self.connect(COMMAND_TIMEOUT)?;
-        let holder_id: Option<u64> = con
-            .exec_first("SELECT IS_USED_LOCK(?)", (&name,))
-            .map_err(|e| self.fail(e))?
-            .flatten();
-        // Waiters are the sessions blocked in GET_LOCK on this name (visible to the same user, or
-        // to all with the PROCESS privilege).
-        let pattern = format!("%GET_LOCK(X'{}'%", hex(&name));
-        let waiters: Option<u64> = con
-            .exec_first(
-                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND ID <> CONNECTION_ID()",
-                (&pattern,),
-            )
-            .ok()
-            .flatten();
-        let location = format!("{} (lock name {name})", self.addr);
-        let mut status = Status {
-            held: holder_id.is_some(),
-            waiters,
-            ..Status::new(key, self.kind(), location)
-        };
-        if let Some(id) = holder_id {
-            let mut h = Holder::default();
-            if let Some((fence, meta, conn)) = self.holder_row(&mut con, &name) {
-                if conn == id {
-                    h = serde_json::from_str(&meta).unwrap_or_default();
-                    h.fencing_token = Some(fence);
-                }
-            }
-            status.notes.push(format!("held by connection {id}"));
-            status.holders.push(h);
-        }
-        Ok(status)
-    }
-
-    fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
-        let status = self.status(key)?;
-        let name = lock_name(key);
-        let mut con = self.connect(COMMAND_TIMEOUT)?;
-        let holder_id: Option<u64> = con
-            .exec_first("SELECT IS_USED_LOCK(?)", (&name,))
-            .map_err(|e| self.fail(e))?
-            .flatten();
-        if let Some(id) = holder_id {
-            con.query_drop(format!("KILL {id}")).map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot kill connection {id} that holds the lock ({e}); \
-                     this needs the CONNECTION_ADMIN (or SUPER) privilege, or the holder's user"
-                )
-            })?;
-        }
-        Ok(status)
-    }
-}
-
-impl MysqlBackend {
     fn clone_for_waker(&self) -> Opts {
         OptsBuilder::from_opts(self.opts.clone())
             .prefer_socket(false)

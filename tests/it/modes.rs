@@ -19,6 +19,7 @@ macro_rules! modes {
             writer_is_not_starved_by_overlapping_readers,
             limit_is_never_exceeded_and_is_reached,
             limit_holders_must_agree_on_n,
+            limit_waiter_takes_a_freed_slot_at_once_and_leaves_nothing_when_interrupted,
             several_keys_in_any_order_never_deadlock,
             several_keys_are_held_together_or_not_at_all,
             losing_one_of_several_keys_is_losing_the_lock,
@@ -216,6 +217,50 @@ pub fn limit_holders_must_agree_on_n(b: &TestBackend) {
     run_ok(&mut b.run(&key, &["--limit", "3", "--no-wait"], &["true"]));
     h.close_stdin();
     run_code_proc(h, 0);
+}
+
+pub fn limit_waiter_takes_a_freed_slot_at_once_and_leaves_nothing_when_interrupted(
+    b: &TestBackend,
+) {
+    if !b.limit {
+        return;
+    }
+    let key = unique_key("limit-wait");
+    let dir = scratch("limit-wait");
+    let flags = ["--limit", "2"];
+    let mut first = b.holding(&key, &flags, &dir.join("h1"));
+    let second = b.holding(&key, &flags, &dir.join("h2"));
+    // A waiter that gives up on Ctrl-C holds nothing afterwards.
+    let quitter = Proc::spawn(&mut b.run(&key, &flags, &["true"]));
+    wait_until_waiting(b, &key, 1);
+    quitter.signal(libc::SIGINT);
+    let (out, _) = quitter.wait(Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    // A waiter gets the slot a holder frees, at once.
+    let ran = dir.join("ran");
+    let waiter = Proc::spawn(&mut b.run(
+        &key,
+        &["--limit", "2", "--wait", "30s"],
+        &sh(&format!("echo ok > {}", ran.display())),
+    ));
+    wait_until_waiting(b, &key, 1);
+    assert!(!ran.exists(), "a third holder ran beside two");
+    first.close_stdin();
+    let freed = Instant::now();
+    run_code_proc(first, 0);
+    run_code_proc(waiter, 0);
+    assert!(
+        freed.elapsed() < Duration::from_secs(2),
+        "the waiter took {:?} to get the freed slot",
+        freed.elapsed()
+    );
+    // One slot is still held by the second holder: exactly one more fits.
+    let third = b.holding(&key, &flags, &dir.join("h3"));
+    run_code(
+        &mut b.run(&key, &["--limit", "2", "--no-wait"], &["true"]),
+        75,
+    );
+    drop((second, third));
 }
 
 pub fn several_keys_in_any_order_never_deadlock(b: &TestBackend) {

@@ -103,7 +103,7 @@ impl TestBackend {
     /// MySQL/MariaDB at `url`.
     pub fn mysql(url: &str) -> TestBackend {
         TestBackend {
-            shared: false,
+            limit: true,
             ..TestBackend::server("mysql", url)
         }
     }
