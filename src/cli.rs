@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 /// The largest `--limit`.
-pub const MAX_LIMIT: u32 = 1000;
+pub const MAX_LIMIT: u32 = 256;
 
 /// Exit statuses, for `--help` and the man page (SPEC.md, "Exit codes").
 pub const EXIT_STATUS: &[(&str, &str)] = &[
