@@ -78,16 +78,7 @@ impl FileBackend {
             let file = open_lock_file(&path)?;
             let acquired_at = BootInstant::now();
             if !try_flock(&file, libc::LOCK_EX)? {
-                let data = read_data(&file).unwrap_or_default();
-                if let Some(e) = data.mismatch(req) {
-                    return Err(e);
-                }
-                if req.deadline == Deadline::Now {
-                    return Err(req.busy(data.some_holder()));
-                }
-                if let Some(holder) = data.some_holder() {
-                    (req.on_holder)(holder);
-                }
+                about_to_wait(&file, req)?;
                 wait_for(&file, LockOp::Gate, req)?;
                 let got = wait_for(&file, LockOp::Flock(libc::LOCK_EX), req);
                 unlock_gate(&file);
@@ -138,16 +129,7 @@ impl FileBackend {
         }
         // The gate is ours until unlocked below, or until `file` closes on an error path.
         if !try_flock(&file, libc::LOCK_SH)? {
-            let data = read_data(&file).unwrap_or_default();
-            if let Some(e) = data.mismatch(req) {
-                return Err(e);
-            }
-            if req.deadline == Deadline::Now {
-                return Err(req.busy(data.some_holder()));
-            }
-            if let Some(holder) = data.some_holder() {
-                (req.on_holder)(holder);
-            }
+            about_to_wait(&file, req)?;
             wait_for(&file, LockOp::Flock(libc::LOCK_SH), req)?;
         }
         if !still_linked(&file, &path)? {
@@ -635,6 +617,22 @@ fn try_gate(file: &File) -> anyhow::Result<bool> {
 
 fn unlock_gate(file: &File) {
     gate_fcntl(file, libc::F_OFD_SETLK, libc::F_UNLCK);
+}
+
+/// The lock is busy: an error if its holders use another mode or the request does not wait;
+/// else tells the waiting line who holds it.
+fn about_to_wait(file: &File, req: &Request<'_>) -> anyhow::Result<()> {
+    let data = read_data(file).unwrap_or_default();
+    if let Some(e) = data.mismatch(req) {
+        return Err(e);
+    }
+    if req.deadline == Deadline::Now {
+        return Err(req.busy(data.some_holder()));
+    }
+    if let Some(holder) = data.some_holder() {
+        (req.on_holder)(holder);
+    }
+    Ok(())
 }
 
 /// Blocks on `op` until acquired; the deadline and the interrupt end the wait with the

@@ -81,6 +81,12 @@ fn conflict_sql(key: &Key, mode: Mode) -> String {
     }
 }
 
+/// The error for a holder `theirs` of the key in another mode than the request's.
+fn mismatch(req: &Request<'_>, theirs: &Holder) -> anyhow::Error {
+    let mode = theirs.mode.unwrap_or(Mode::Exclusive);
+    super::mode_mismatch(req.key, req.mode, &mode.describe())
+}
+
 /// SQL: take the first free of `slots` without waiting: its 1-based index, or 0.
 fn any_slot_sql(slots: &[String]) -> String {
     let whens: Vec<String> = slots
@@ -361,22 +367,8 @@ impl Backend for MysqlBackend {
             return self.acquire_slot(req, n);
         }
         let name = lock_name(req.key);
-        let (mut con, sent) = self.get_lock(&name, req)?;
-        // On error `con` is dropped, which releases the lock.
-        let conflict = conflict_sql(req.key, req.mode);
-        let (fence, theirs) = self.record(&mut con, &name, &name, req.holder, &conflict)?;
-        if let Some(h) = theirs {
-            let theirs = h.mode.unwrap_or(Mode::Exclusive).describe();
-            return Err(super::mode_mismatch(req.key, req.mode, &theirs));
-        }
-        Ok(Box::new(MysqlLease {
-            con: Some(con),
-            name,
-            addr: self.addr.clone(),
-            ttl: req.ttl,
-            fence,
-            acquired_at: sent,
-        }))
+        let (con, sent) = self.get_lock(&name, req)?;
+        self.lease(con, name.clone(), &name, req, sent)
     }
 
     fn status(&self, key: &Key) -> anyhow::Result<Status> {
@@ -479,7 +471,7 @@ impl MysqlBackend {
         let got: i64 = last_value(&mut con, &format!("{session}{take_any}"))
             .map_err(|e| self.fail(e))?
             .unwrap_or(0);
-        let (mut con, slot, sent) = if got > 0 {
+        let (con, slot, sent) = if got > 0 {
             (con, got as usize - 1, sent)
         } else {
             let busy = |con: &mut Conn| {
@@ -519,12 +511,24 @@ impl MysqlBackend {
                 }
             }
         };
-        let name = slots[slot].clone();
+        self.lease(con, slots[slot].clone(), &prefix, req, sent)
+    }
+
+    /// The lease for lock `name`, just granted to `con`: records the holder (fence from
+    /// `counter`) and checks that no holder of the key uses another mode. On error `con` is
+    /// dropped, which releases the lock.
+    fn lease(
+        &self,
+        mut con: Conn,
+        name: String,
+        counter: &str,
+        req: &Request<'_>,
+        sent: BootInstant,
+    ) -> anyhow::Result<Box<dyn Lease>> {
         let conflict = conflict_sql(req.key, req.mode);
-        let (fence, theirs) = self.record(&mut con, &name, &prefix, req.holder, &conflict)?;
+        let (fence, theirs) = self.record(&mut con, &name, counter, req.holder, &conflict)?;
         if let Some(h) = theirs {
-            let theirs = h.mode.unwrap_or(Mode::Exclusive).describe();
-            return Err(super::mode_mismatch(req.key, req.mode, &theirs));
+            return Err(mismatch(req, &h));
         }
         Ok(Box::new(MysqlLease {
             con: Some(con),
@@ -548,11 +552,7 @@ impl MysqlBackend {
             .ok()
             .flatten();
         match theirs.and_then(|m| serde_json::from_str::<Holder>(&m).ok()) {
-            Some(h) => super::mode_mismatch(
-                req.key,
-                req.mode,
-                &h.mode.unwrap_or(Mode::Exclusive).describe(),
-            ),
+            Some(h) => mismatch(req, &h),
             None => busy(con),
         }
     }
