@@ -154,9 +154,19 @@ pub struct Interrupt {
 struct Watcher {
     thread: libc::pthread_t,
     handle: std::thread::JoinHandle<()>,
+    /// This watcher's own stop flag: a watcher being stopped and the next one started by
+    /// another thread's waiter must not share one.
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-static STOP_WATCHER: AtomicI32 = AtomicI32::new(0);
+impl Watcher {
+    fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // SAFETY: the thread is alive until joined below.
+        unsafe { libc::pthread_kill(self.thread, WAKE) };
+        let _ = self.handle.join();
+    }
+}
 
 impl Interrupt {
     /// A new, unfired interrupt.
@@ -210,7 +220,8 @@ impl Interrupt {
         if watcher.is_some() || MAIN_THREAD.get().is_none() {
             return Ok(()); // running, or signals are not blocked (tests): nothing to take
         }
-        STOP_WATCHER.store(0, Ordering::SeqCst);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         // The watcher needs `&self` for the duration of the guard; it gets a raw pointer, and
         // the last guard's drop joins it before `self` can go away.
@@ -220,7 +231,7 @@ impl Interrupt {
             .spawn(move || {
                 // SAFETY: pthread_self cannot fail.
                 let _ = tx.send(unsafe { libc::pthread_self() });
-                while STOP_WATCHER.load(Ordering::SeqCst) == 0 {
+                while !stopped.load(Ordering::SeqCst) {
                     if let Woken::Signal(r) = take(&WATCHER_SET, Duration::from_secs(1)) {
                         // SAFETY: see above: joined before the Interrupt is dropped.
                         let me = unsafe { &*(me as *const Interrupt) };
@@ -231,23 +242,12 @@ impl Interrupt {
         let thread = rx
             .recv()
             .map_err(|_| io::Error::other("signal watcher died"))?;
-        *watcher = Some(Watcher { thread, handle });
+        *watcher = Some(Watcher {
+            thread,
+            handle,
+            stop,
+        });
         Ok(())
-    }
-
-    fn stop_watcher(&self) {
-        let Some(w) = self
-            .watcher
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        else {
-            return;
-        };
-        STOP_WATCHER.store(1, Ordering::SeqCst);
-        // SAFETY: the thread is alive until joined below.
-        unsafe { libc::pthread_kill(w.thread, WAKE) };
-        let _ = w.handle.join();
     }
 }
 
@@ -299,17 +299,28 @@ pub struct WakerGuard<'a> {
 
 impl Drop for WakerGuard<'_> {
     fn drop(&mut self) {
-        let empty = {
+        // Under the watcher's lock, so that a waiter registering on another thread either is
+        // seen here (the watcher stays) or starts a new watcher after this one is taken.
+        let idle = {
+            let mut watcher = self
+                .interrupt
+                .watcher
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             let mut wakers = self
                 .interrupt
                 .wakers
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
             wakers.retain(|(id, _)| *id != self.id);
-            wakers.is_empty()
+            if wakers.is_empty() {
+                watcher.take()
+            } else {
+                None
+            }
         };
-        if empty {
-            self.interrupt.stop_watcher();
+        if let Some(w) = idle {
+            w.stop();
         }
     }
 }
