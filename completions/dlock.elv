@@ -25,6 +25,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand run 'Run COMMAND while holding the lock KEY'
             cand status 'Show who holds KEY, since when, and who waits'
             cand break 'Forcibly remove the lock KEY, whoever holds it'
+            cand bench 'Measure the backend: lock latency, hand-off latency and throughput'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -89,6 +90,28 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'dlock;bench'= {
+            cand -b 'Lock backend [default: from the URL''s scheme, else file]'
+            cand --backend 'Lock backend [default: from the URL''s scheme, else file]'
+            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand -c 'Contending clients (threads, each with its own connection) in the hand-off phase'
+            cand --clients 'Contending clients (threads, each with its own connection) in the hand-off phase'
+            cand -d 'How long each phase runs [default: 3s]'
+            cand --duration 'How long each phase runs [default: 3s]'
+            cand -o 'Acquisitions per phase, instead of a duration'
+            cand --ops 'Acquisitions per phase, instead of a duration'
+            cand --ttl 'Lease length of the benchmark''s locks'
+            cand --json 'Print one JSON object instead of the table'
+            cand -v 'Log acquire, renew and release events with timings'
+            cand --verbose 'Log acquire, renew and release events with timings'
+            cand -q 'Print nothing but errors'
+            cand --quiet 'Print nothing but errors'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'dlock;completions'= {
             cand -h 'Print help'
             cand --help 'Print help'
@@ -99,6 +122,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand run 'Run COMMAND while holding the lock KEY'
             cand status 'Show who holds KEY, since when, and who waits'
             cand break 'Forcibly remove the lock KEY, whoever holds it'
+            cand bench 'Measure the backend: lock latency, hand-off latency and throughput'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -107,6 +131,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;help;status'= {
         }
         &'dlock;help;break'= {
+        }
+        &'dlock;help;bench'= {
         }
         &'dlock;help;completions'= {
         }

@@ -29,6 +29,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -s V -l version -d 'Print vers
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "run" -d 'Run COMMAND while holding the lock KEY'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "status" -d 'Show who holds KEY, since when, and who waits'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "break" -d 'Forcibly remove the lock KEY, whoever holds it'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "bench" -d 'Measure the backend: lock latency, hand-off latency and throughput'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Lock backend [default: from the URL\'s scheme, else file]' -r -f -a "file\t'flock(2) on a lock file on this host'
@@ -69,10 +70,25 @@ complete -c dlock -n "__fish_dlock_using_subcommand break" -s v -l verbose -d 'L
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s b -l backend -d 'Lock backend [default: from the URL\'s scheme, else file]' -r -f -a "file\t'flock(2) on a lock file on this host'
+redis\t'Redis (single instance, or Redlock with --url given 3, 5, ... times)'
+zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
+mysql\t'MySQL or MariaDB (GET_LOCK)'"
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s c -l clients -d 'Contending clients (threads, each with its own connection) in the hand-off phase' -r
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s d -l duration -d 'How long each phase runs [default: 3s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s o -l ops -d 'Acquisitions per phase, instead of a duration' -r
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -l ttl -d 'Lease length of the benchmark\'s locks' -r
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -l json -d 'Print one JSON object instead of the table'
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s v -l verbose -d 'Log acquire, renew and release events with timings'
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break completions help" -f -a "run" -d 'Run COMMAND while holding the lock KEY'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break completions help" -f -a "status" -d 'Show who holds KEY, since when, and who waits'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break completions help" -f -a "break" -d 'Forcibly remove the lock KEY, whoever holds it'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break bench completions help" -f -a "run" -d 'Run COMMAND while holding the lock KEY'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break bench completions help" -f -a "status" -d 'Show who holds KEY, since when, and who waits'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break bench completions help" -f -a "break" -d 'Forcibly remove the lock KEY, whoever holds it'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break bench completions help" -f -a "bench" -d 'Measure the backend: lock latency, hand-off latency and throughput'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break bench completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status break bench completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

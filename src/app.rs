@@ -37,6 +37,10 @@ pub fn main() -> ExitCode {
             Ok(cfg) => break_lock(&cfg),
             Err(e) => usage(&e),
         },
+        Command::Bench(a) => match crate::config::BenchConfig::from_args(&a) {
+            Ok(cfg) => crate::bench::run(&cfg),
+            Err(e) => usage(&e),
+        },
         Command::Completions(a) => {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(&crate::generate::completion(a.shell));
@@ -56,7 +60,7 @@ fn clap_error(e: &clap::Error) -> u8 {
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             report::error(format_args!(
-                "missing subcommand: run, status, break or completions (see --help)"
+                "missing subcommand: run, status, break, bench or completions (see --help)"
             ));
             return exit::USAGE;
         }

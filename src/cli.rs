@@ -87,6 +87,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "hold both locks (taken in one order, so two such runs never deadlock)",
     ),
     (
+        "dlock bench --backend redis --url redis://10.0.0.5 --clients 16",
+        "how fast this Redis hands a lock from one client to the next",
+    ),
+    (
         "dlock status -k deploy --json",
         "who holds 'deploy', as JSON",
     ),
@@ -154,8 +158,47 @@ Prints what it removed and exits 0, also when nothing was held. The holder's dlo
 terminates its command (exit 79)."
     )]
     Break(BreakArgs),
+    /// Measure the backend: lock latency, hand-off latency and throughput
+    #[command(
+        long_about = "Measure the configured backend from this host: (a) uncontended acquire + \
+release latency, (b) hand-off latency with CLIENTS clients contending for one key (from a release \
+to the next holder's acquire), (c) throughput. Prints p50/p90/p99/max and a verdict. Uses keys \
+of its own (dlock-bench-HOST-PID-...) and removes them afterwards."
+    )]
+    Bench(BenchArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
+}
+
+/// `dlock bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    /// Contending clients (threads, each with its own connection) in the hand-off phase
+    #[arg(short = 'c', long, value_name = "C", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(2..=256))]
+    pub clients: u32,
+
+    /// How long each phase runs [default: 3s]
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "ops")]
+    pub duration: Option<Duration>,
+
+    /// Acquisitions per phase, instead of a duration
+    #[arg(short = 'o', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub ops: Option<u64>,
+
+    /// Lease length of the benchmark's locks
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// Print one JSON object instead of the table
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// Where the lock lives.

@@ -258,6 +258,64 @@ impl RunConfig {
     }
 }
 
+/// How long each `dlock bench` phase runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Amount {
+    /// For this long.
+    For(Duration),
+    /// This many acquisitions.
+    Ops(u64),
+}
+
+/// A checked `dlock bench`.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// Where the locks live.
+    pub target: Target,
+    /// Contending clients in the hand-off phase.
+    pub clients: u32,
+    /// How long each phase runs.
+    pub amount: Amount,
+    /// Lease length.
+    pub ttl: Duration,
+    /// JSON output.
+    pub json: bool,
+    /// Diagnostics level.
+    pub verbosity: Verbosity,
+}
+
+impl BenchConfig {
+    /// Validates `dlock bench`'s arguments.
+    pub fn from_args(a: &cli::BenchArgs) -> Result<BenchConfig, Usage> {
+        if a.ttl < MIN_TTL || a.ttl > MAX_DURATION {
+            return Err(Usage(format!(
+                "--ttl {} is out of range ({} to {})",
+                humantime::format_duration(a.ttl),
+                humantime::format_duration(MIN_TTL),
+                humantime::format_duration(MAX_DURATION)
+            )));
+        }
+        let amount = match (a.ops, a.duration) {
+            (Some(n), _) => Amount::Ops(n),
+            (None, Some(d)) if d.is_zero() || d > Duration::from_secs(3600) => {
+                return Err(Usage(
+                    "--duration must be more than 0 and at most 1h".into(),
+                ));
+            }
+            (None, Some(d)) => Amount::For(d),
+            (None, None) => Amount::For(Duration::from_secs(3)),
+        };
+        Ok(BenchConfig {
+            target: Target::from_args(&a.backend)?,
+            clients: a.clients,
+            amount,
+            ttl: a.ttl,
+            json: a.json,
+            verbosity: Verbosity::from(&a.output),
+        })
+    }
+}
+
 /// A checked `dlock status` or `dlock break`.
 #[derive(Clone, Debug)]
 pub struct KeyConfig {

@@ -8,6 +8,7 @@
 
 pub mod app;
 pub mod backend;
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -247,6 +247,16 @@ impl Backend for FileBackend {
         Ok(status)
     }
 
+    fn purge(&self, key: &Key) -> anyhow::Result<()> {
+        let path = self.path(key);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("cannot remove {}", path.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
         let status = self.status(key)?;
         if status.held {

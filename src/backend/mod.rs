@@ -304,6 +304,14 @@ pub trait Backend {
     /// Who holds `key` now. Takes no lock and changes nothing.
     fn status(&self, key: &Key) -> anyhow::Result<Status>;
 
+    /// Removes every trace of a free `key` (lock file, fencing counter, metadata), for keys that
+    /// will never be used again (`dlock bench`'s own). Forgetting the counter of a key that is
+    /// used again would restart its fencing tokens. Default: nothing to remove.
+    fn purge(&self, key: &Key) -> anyhow::Result<()> {
+        let _ = key;
+        Ok(())
+    }
+
     /// Removes `key`'s lock whoever holds it; returns the status just before. Idempotent: a free
     /// lock is not an error.
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status>;

@@ -430,6 +430,16 @@ impl Backend for MysqlBackend {
         Ok(status)
     }
 
+    fn purge(&self, key: &Key) -> anyhow::Result<()> {
+        let mut con = self.connect(COMMAND_TIMEOUT)?;
+        let prefix = slot_prefix(key);
+        con.exec_drop(
+            format!("DELETE FROM {TABLE} WHERE name = ? OR name LIKE ?"),
+            (lock_name(key), format!("{prefix}%")),
+        )
+        .map_err(|e| self.fail(e))
+    }
+
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
         let status = self.status(key)?;
         let name = lock_name(key);

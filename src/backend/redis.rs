@@ -307,6 +307,20 @@ impl Keys {
             lock,
         }
     }
+
+    /// `DEL` of every key of the lock (for [`Backend::purge`]).
+    pub(super) fn del_all(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(&self.lock)
+            .arg(&self.fence)
+            .arg(&self.owner)
+            .arg(&self.signal)
+            .arg(&self.waiters)
+            .arg(&self.holders)
+            .arg(&self.hmeta)
+            .arg(&self.wwait);
+        cmd
+    }
 }
 
 /// A fresh random 128-bit token, as hex.
@@ -608,6 +622,15 @@ impl Backend for RedisBackend {
             }
         }
         Ok(status)
+    }
+
+    fn purge(&self, key: &Key) -> anyhow::Result<()> {
+        let mut con = self.node.connect(COMMAND_TIMEOUT)?;
+        let _: i64 = Keys::new(key)
+            .del_all()
+            .query(&mut con)
+            .map_err(|e| Unavailable(format!("{}: {e}", self.node.addr)))?;
+        Ok(())
     }
 
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {

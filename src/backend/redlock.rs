@@ -292,6 +292,15 @@ impl Backend for Redlock {
         Self::release_all(&mut self.slots(), &keys, "", COMMAND_TIMEOUT);
         Ok(status)
     }
+
+    fn purge(&self, key: &Key) -> anyhow::Result<()> {
+        let keys = Keys::new(key);
+        let del = keys.del_all();
+        let results = parallel(&mut self.slots(), |slot| {
+            slot.with(COMMAND_TIMEOUT, |c| del.query::<i64>(c))
+        });
+        results.into_iter().try_for_each(|r| r.map(drop))
+    }
 }
 
 impl Redlock {

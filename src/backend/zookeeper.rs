@@ -757,6 +757,16 @@ impl Backend for ZkBackend {
         Ok(self.status_of(key, &parent, queue))
     }
 
+    fn purge(&self, key: &Key) -> anyhow::Result<()> {
+        let parent = self.key_path(key);
+        self.admin(
+            async |client| match retried(client, || client.delete(&parent, None)).await {
+                Ok(()) | Err(ZkError::NoNode) | Err(ZkError::NotEmpty) => Ok(()),
+                Err(e) => Err(self.fail(&format!("delete {parent}"), e)),
+            },
+        )
+    }
+
     /// Deletes the holder's node (the holder sees it go and stops its command); waiters keep
     /// their places, and the first of them gets the lock. One session reads and deletes.
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {

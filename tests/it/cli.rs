@@ -130,6 +130,15 @@ const BAD: &[(&[&str], &str)] = &[
     (&["status", "-k", ""], "empty"),
     (&["status", "-k", "x", "--url", "nonsense"], "nonsense"),
     (&["break", "-k", "x", "--backend", "nope"], "nope"),
+    (&["bench", "--clients", "1"], "--clients"),
+    (&["bench", "--clients", "257"], "--clients"),
+    (&["bench", "--ops", "0"], "--ops"),
+    (&["bench", "--duration", "0s"], "--duration"),
+    (&["bench", "--duration", "2h"], "--duration"),
+    (&["bench", "--duration", "1s", "--ops", "5"], "--ops"),
+    (&["bench", "--ttl", "100ms"], "--ttl"),
+    (&["bench", "--url", "nonsense"], "nonsense"),
+    (&["bench", "--shared"], "--shared"),
     (&["completions", "tcsh"], "tcsh"),
     (&["completions"], "SHELL"),
 ];
@@ -181,6 +190,7 @@ fn passwords_are_never_printed() {
                 "true",
             ],
             vec!["status", "--url", url, "-k", "x"],
+            vec!["bench", "--url", url, "--ops", "1"],
         ] {
             let out = output(dlock().args(&args));
             let all = format!(

@@ -187,3 +187,21 @@ fn which(cmd: &str) -> Option<std::path::PathBuf> {
         .map(|d| std::path::Path::new(d).join(cmd))
         .find(|p| p.exists())
 }
+
+#[test]
+fn bench_measures_and_leaves_nothing_behind() {
+    let b = TestBackend::file();
+    let dir = lock_dir(&b);
+    crate::bench::measures_and_leaves_nothing_behind(&b, &|| {
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.contains(crate::bench::KEY_WORD))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    });
+}

@@ -159,3 +159,15 @@ fn black_holed_server_fails_within_seconds() {
     assert!(one_error_line(&out).contains("mysql"));
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
+
+#[test]
+fn bench_measures_and_leaves_nothing_behind() {
+    let Some(m) = shared_mariadb() else { return };
+    crate::bench::measures_and_leaves_nothing_behind(&TestBackend::mysql(&m.url()), &|| {
+        let rows = m.sql(&format!(
+            "SELECT name FROM dlock.dlock_locks WHERE name LIKE '%{}%' ORDER BY name",
+            crate::bench::KEY_WORD
+        ));
+        rows.lines().map(String::from).collect()
+    });
+}

@@ -285,3 +285,11 @@ fn lease_deadline_still_holds_during_a_signal_grace() {
         "killed before the lease was in danger: {died:?}"
     );
 }
+
+#[test]
+fn bench_measures_and_leaves_nothing_behind() {
+    let Some(url) = shared_redis() else { return };
+    crate::bench::measures_and_leaves_nothing_behind(&TestBackend::redis(&url), &|| {
+        crate::bench::redis_leftovers(&url)
+    });
+}

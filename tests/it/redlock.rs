@@ -119,3 +119,13 @@ fn dlock_url_holds_several_space_separated_urls() {
         "{s}"
     );
 }
+
+#[test]
+fn bench_measures_and_leaves_nothing_behind() {
+    let Some(urls) = shared_redlock() else { return };
+    crate::bench::measures_and_leaves_nothing_behind(&TestBackend::redlock(&urls), &|| {
+        urls.iter()
+            .flat_map(|u| crate::bench::redis_leftovers(u))
+            .collect()
+    });
+}

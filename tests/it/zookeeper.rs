@@ -365,3 +365,17 @@ fn a_create_whose_reply_is_lost_leaves_no_duplicate_node() {
         Vec::<String>::new()
     );
 }
+
+#[test]
+fn bench_measures_and_leaves_nothing_behind() {
+    let Some(zk) = shared_zookeeper() else { return };
+    crate::bench::measures_and_leaves_nothing_behind(&TestBackend::zookeeper(&zk.url()), &|| {
+        let mut nodes: Vec<String> = zk
+            .children("/dlock")
+            .into_iter()
+            .filter(|n| n.contains(crate::bench::KEY_WORD))
+            .collect();
+        nodes.sort();
+        nodes
+    });
+}
