@@ -40,6 +40,14 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// handshake, and cannot be changed later) must outlast it: 2 s + 2 s keeps a black-holed
 /// server's failure within about 4 s.
 const MAX_SLICE: Duration = Duration::from_secs(2);
+
+/// The longest GET_LOCK wait for a lease of `ttl`: at most a third of it. The lease is counted
+/// from the moment the granting GET_LOCK was *sent* (the server's idle clock starts no earlier),
+/// so a wait as long as the TTL would leave a lease that has run out on arrival (seen: a waiter
+/// granted the lock after a 2 s wait with `--ttl 2s` lost it at once).
+fn max_slice(ttl: Duration) -> Duration {
+    MAX_SLICE.min(ttl / 3)
+}
 const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/dlock";
 const TABLE: &str = "dlock_locks";
 
@@ -506,7 +514,7 @@ impl MysqlBackend {
                 ));
                 (gate, got as usize - 1, sent)
             } else {
-                match self.wait_any(&slots, req.deadline, req.interrupt)? {
+                match self.wait_any(&slots, req.deadline, max_slice(req.ttl), req.interrupt)? {
                     Some((mut con, slot, sent)) => {
                         drop(gate); // closing releases the gate for the next waiter
                         con.query_drop(&session).map_err(|e| self.fail(e))?;
@@ -573,6 +581,7 @@ impl MysqlBackend {
         &self,
         slots: &[String],
         deadline: Deadline,
+        max_slice: Duration,
         interrupt: &crate::signals::Interrupt,
     ) -> anyhow::Result<Option<(Conn, usize, BootInstant)>> {
         use std::sync::atomic::{AtomicBool, Ordering};
@@ -616,8 +625,8 @@ impl MysqlBackend {
                     while !stop.load(Ordering::SeqCst) && interrupt.fired().is_none() {
                         let slice = match deadline.remaining() {
                             Some(d) if d.is_zero() => break,
-                            Some(d) => d.min(MAX_SLICE),
-                            None => MAX_SLICE,
+                            Some(d) => d.min(max_slice),
+                            None => max_slice,
                         };
                         let sent = BootInstant::now();
                         let got: mysql::Result<Option<Option<i64>>> = last_value(
@@ -661,7 +670,7 @@ impl MysqlBackend {
                 let wait = if stopping {
                     Duration::from_millis(20)
                 } else {
-                    deadline.remaining().unwrap_or(MAX_SLICE).min(MAX_SLICE)
+                    deadline.remaining().unwrap_or(max_slice).min(max_slice)
                 };
                 if let Err(std::sync::mpsc::RecvTimeoutError::Disconnected) =
                     done_rx.recv_timeout(wait)
@@ -714,7 +723,7 @@ impl MysqlBackend {
             let slice = req
                 .deadline
                 .remaining()
-                .map_or(MAX_SLICE, |d| d.min(MAX_SLICE));
+                .map_or(max_slice(req.ttl), |d| d.min(max_slice(req.ttl)));
             if !told_holder {
                 if let Some(h) = &holder {
                     (req.on_holder)(h);
