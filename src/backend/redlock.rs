@@ -183,6 +183,11 @@ impl Backend for Redlock {
                 .saturating_sub(elapsed)
                 .saturating_sub(drift_margin(req.ttl));
             if granted >= self.quorum() && validity >= req.ttl * 9 / 10 {
+                if granted < slots.len() {
+                    // A master that did not grant it registered us as a waiter there (for up
+                    // to 5 s): `status` would count a waiter that is the holder.
+                    Self::forget_waiter(&mut slots, &keys, &token, timeout);
+                }
                 return Ok(Box::new(RedlockLease {
                     slots,
                     keys,
