@@ -205,3 +205,10 @@ fn bench_measures_and_leaves_nothing_behind() {
         names
     });
 }
+
+/// Faults while a workload contends for one key (see `faults.rs`).
+mod faults {
+    use super::*;
+
+    crate::faults!(TestBackend::file());
+}

@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod conformance;
+mod faults;
 mod file;
 mod generated;
 mod modes;

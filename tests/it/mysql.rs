@@ -171,3 +171,33 @@ fn bench_measures_and_leaves_nothing_behind() {
         rows.lines().map(String::from).collect()
     });
 }
+
+/// Faults while a workload contends for one key (see `faults.rs`).
+mod faults {
+    use super::*;
+
+    crate::faults!(match shared_mariadb() {
+        Some(m) => TestBackend::mysql(&m.url()),
+        None => return,
+    });
+}
+
+/// The workload's server stops answering for twice the TTL (see `faults.rs`).
+#[test]
+fn fault_server_paused() {
+    let Some(m) = Mariadb::start() else { return };
+    let b = TestBackend::mysql(&m.url());
+    crate::faults::server_paused(&b, &|on| m.pause(on));
+}
+
+/// The workload's server is killed and, after a TTL (README: GET_LOCKs die with the server, so
+/// a restarted server must stay down that long), started again on the same data.
+#[test]
+fn fault_server_killed_and_restarted() {
+    let Some(mut m) = Mariadb::start() else {
+        return;
+    };
+    let b = TestBackend::mysql(&m.url());
+    let down = b.ttl;
+    crate::faults::server_killed_and_restarted(&b, &mut || m.restart_after(down));
+}

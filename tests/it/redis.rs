@@ -293,3 +293,35 @@ fn bench_measures_and_leaves_nothing_behind() {
         crate::bench::redis_leftovers(&url)
     });
 }
+
+/// Faults while a workload contends for one key (see `faults.rs`).
+mod faults {
+    use super::*;
+
+    crate::faults!(match shared_redis() {
+        Some(url) => TestBackend::redis(&url),
+        None => return,
+    });
+}
+
+/// The workload's server stops answering for twice the TTL (see `faults.rs`).
+#[test]
+fn fault_server_paused() {
+    let Some(server) = Redis::start(&[]) else {
+        return;
+    };
+    let b = TestBackend::redis(&server.url());
+    crate::faults::server_paused(&b, &|on| server.pause(on));
+}
+
+/// The workload's server is killed and, after a TTL (README: a server without persistence must
+/// stay down that long), started again with no keys.
+#[test]
+fn fault_server_killed_and_restarted() {
+    let Some(mut server) = Redis::start(&[]) else {
+        return;
+    };
+    let b = TestBackend::redis(&server.url());
+    let down = b.ttl;
+    crate::faults::server_killed_and_restarted(&b, &mut || server.restart_after(down));
+}

@@ -129,3 +129,46 @@ fn bench_measures_and_leaves_nothing_behind() {
             .collect()
     });
 }
+
+/// Faults while a workload contends for one key (see `faults.rs`).
+mod faults {
+    use super::*;
+
+    crate::faults!(match shared_redlock() {
+        Some(urls) => TestBackend::redlock(&urls),
+        None => return,
+    });
+}
+
+/// Two of three masters stop answering for twice the TTL: no quorum, so holders stop (79) and
+/// waiters fail (69) until they are back (see `faults.rs`).
+#[test]
+fn fault_majority_paused() {
+    let servers: Vec<Redis> = (0..3).filter_map(|_| Redis::start(&[])).collect();
+    if servers.len() < 3 {
+        return;
+    }
+    let urls: Vec<String> = servers.iter().map(Redis::url).collect();
+    let b = TestBackend::redlock(&urls);
+    crate::faults::server_paused(&b, &|on| {
+        servers[0].pause(on);
+        servers[1].pause(on);
+    });
+}
+
+/// Two of three masters are killed and started again, empty, after a TTL (Redlock's delayed
+/// restart, see README).
+#[test]
+fn fault_majority_killed_and_restarted() {
+    let mut servers: Vec<Redis> = (0..3).filter_map(|_| Redis::start(&[])).collect();
+    if servers.len() < 3 {
+        return;
+    }
+    let urls: Vec<String> = servers.iter().map(Redis::url).collect();
+    let b = TestBackend::redlock(&urls);
+    let down = b.ttl;
+    crate::faults::server_killed_and_restarted(&b, &mut || {
+        servers[0].restart_after(down);
+        servers[1].restart_after(Duration::ZERO);
+    });
+}

@@ -276,7 +276,13 @@ impl Redis {
 
     /// Kills the server (no persistence: every key is gone) and starts it again on the same port.
     pub fn restart(&mut self) {
+        self.restart_after(Duration::ZERO);
+    }
+
+    /// Kills the server and starts it again after `down`.
+    pub fn restart_after(&mut self, down: Duration) {
         self.kill();
+        std::thread::sleep(down);
         assert!(
             self.launch(),
             "redis-server did not restart on port {}",
@@ -508,6 +514,22 @@ impl Mariadb {
     /// `mysql://dlock:dlock@127.0.0.1:PORT/dlock`
     pub fn url(&self) -> String {
         format!("mysql://dlock:dlock@127.0.0.1:{}/dlock", self.port)
+    }
+
+    /// Kills the server (SIGKILL: InnoDB recovers at the next start) and starts it again on
+    /// the same port and data after `down`.
+    pub fn restart_after(&mut self, down: Duration) {
+        self.pause(false);
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        std::thread::sleep(down);
+        assert!(
+            self.launch(),
+            "mariadbd did not restart on port {}",
+            self.port
+        );
     }
 
     /// SIGSTOP / SIGCONT.

@@ -175,6 +175,16 @@ impl TestBackend {
         p
     }
 
+    /// Like [`TestBackend::holding`] (with `--wait 60s`), but returns at once: the holder may
+    /// have to wait.
+    pub fn holding_later(&self, key: &str, marker: &Path) -> Proc {
+        let script = format!(
+            "echo \"$$ ${{DLOCK_FENCING_TOKEN:-0}}\" > {}; read _x || true",
+            marker.display()
+        );
+        Proc::spawn(&mut self.run(key, &["--wait", "60s"], &sh(&script)))
+    }
+
     /// Starts a holder whose command writes its pid to a marker and sleeps; returns (dlock, the
     /// command's pid) once the command runs.
     pub fn hold(&self, key: &str, extra: &[&str]) -> (Proc, i32) {

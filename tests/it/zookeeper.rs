@@ -379,3 +379,36 @@ fn bench_measures_and_leaves_nothing_behind() {
         nodes
     });
 }
+
+/// Faults while a workload contends for one key (see `faults.rs`).
+mod faults {
+    use super::*;
+
+    crate::faults!(match shared_zookeeper() {
+        Some(zk) => TestBackend::zookeeper(&zk.url()),
+        None => return,
+    });
+}
+
+/// The workload's server stops answering for twice the TTL (see `faults.rs`).
+#[test]
+fn fault_server_paused() {
+    let Some(zk) = Zookeeper::start() else { return };
+    let b = TestBackend::zookeeper(&zk.url());
+    crate::faults::server_paused(&b, &|on| zk.pause(0, on));
+}
+
+/// The workload's server is killed and started again at once: sessions and nodes are on disk,
+/// so a holder whose session survives keeps its lock (see `faults.rs`).
+#[test]
+fn fault_server_killed_and_restarted() {
+    let Some(mut zk) = Zookeeper::start() else {
+        return;
+    };
+    let b = TestBackend::zookeeper(&zk.url());
+    crate::faults::server_killed_and_restarted(&b, &mut || {
+        zk.kill(0);
+        zk.launch(0);
+        zk.wait_serving(0);
+    });
+}
