@@ -273,6 +273,70 @@ impl Request<'_> {
     }
 }
 
+/// Called with a lock just granted by a server that has been up for `uptime_s` seconds. A
+/// server that forgot its locks in a restart (MySQL's GET_LOCKs; a Redis without persistence)
+/// can grant a lock that a holder from before the restart still believes it holds, until its
+/// next renewal fails; its command runs at most until its lease deadline, one TTL after its
+/// last successful renewal, so at most one TTL after the server went down. So while the server
+/// has been up for less than `req.ttl`, the new holder keeps the lock without starting its
+/// command, renewing it every ttl/3 with `renew(send time)`. (Holders of one key are assumed to
+/// use the same TTL.) Returns at once on a server up for longer; an interrupt or a failed
+/// renewal ends the wait with an error, and the caller gives the lock back.
+pub(crate) fn settle(
+    uptime_s: u64,
+    req: &Request<'_>,
+    mut renew: impl FnMut(BootInstant) -> Result<(), RenewError>,
+) -> anyhow::Result<()> {
+    let need = req.ttl.as_secs() + u64::from(req.ttl.subsec_nanos() > 0);
+    if uptime_s >= need {
+        return Ok(());
+    }
+    // The uptime is rounded down: waiting out the difference leaves at least `need` seconds.
+    let wait = Duration::from_secs(need - uptime_s);
+    crate::report::verbose(format_args!(
+        "{}: the server has been up for {uptime_s}s only, less than the TTL: holding '{}' for {} \
+         before starting, in case a holder from before a restart is still running",
+        req.key,
+        req.key,
+        crate::report::short_duration(wait)
+    ));
+    let until = Instant::now() + wait;
+    loop {
+        if let Some(sig) = req.interrupt.fired() {
+            return Err(crate::exit::Interrupted(sig).into());
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        nap(left.min(req.ttl / 3), req.interrupt)?;
+        if req.interrupt.fired().is_some() || Instant::now() >= until {
+            continue;
+        }
+        renew(BootInstant::now()).map_err(|e| match e {
+            RenewError::Lost(m) => anyhow::anyhow!("lost the lock before the command started: {m}"),
+            RenewError::Failed(e) => e.context("cannot renew the lock before the command started"),
+        })?;
+    }
+}
+
+/// Sleeps for `d`, or until `interrupt` fires.
+pub(crate) fn nap(d: Duration, interrupt: &Interrupt) -> std::io::Result<()> {
+    use std::sync::{Arc, Condvar, Mutex};
+    let pair = Arc::new((Mutex::new(false), Condvar::new()));
+    let waker = pair.clone();
+    let _guard = interrupt.on_fire(move || {
+        *waker.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        waker.1.notify_all();
+    })?;
+    if interrupt.fired().is_some() {
+        return Ok(()); // fired before the waker was registered
+    }
+    let fired = pair.0.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = pair.1.wait_timeout_while(fired, d, |f| !*f);
+    Ok(())
+}
+
 /// A lock backend. Implementations are used from the main thread only; a held lock lives on as a
 /// [`Lease`] on the keeper thread.
 pub trait Backend {
