@@ -14,7 +14,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -94,11 +94,6 @@ pub struct Report {
     pub verdict_text: String,
 }
 
-/// Shared progress of the running phase, drawn on a terminal by the main thread.
-struct Progress {
-    done: AtomicU64,
-}
-
 /// `dlock bench`.
 pub fn run(cfg: &BenchConfig) -> u8 {
     report::set_verbosity(cfg.verbosity);
@@ -122,13 +117,12 @@ pub fn run(cfg: &BenchConfig) -> u8 {
         return fail(name, &e);
     }
     let interrupt = Interrupt::new();
-    let progress = Arc::new(Progress {
-        done: AtomicU64::new(0),
-    });
+    // Acquisitions so far in the running phase, for the progress bar.
+    let progress = AtomicU64::new(0);
     let mut phases = Vec::new();
     let mut failure = None;
     for (i, what) in ["uncontended", "hand-off"].into_iter().enumerate() {
-        progress.done.store(0, Ordering::SeqCst);
+        progress.store(0, Ordering::SeqCst);
         let result = std::thread::scope(|s| {
             let worker = s.spawn(|| match i {
                 0 => uncontended(&keys[0], cfg, &interrupt, &progress),
@@ -242,7 +236,7 @@ fn verdict(unc: &Phase, hand: &Phase) -> (&'static str, String) {
 fn watch(
     worker: &std::thread::ScopedJoinHandle<'_, anyhow::Result<Phase>>,
     interrupt: &Interrupt,
-    progress: &Progress,
+    progress: &AtomicU64,
     cfg: &BenchConfig,
     what: &str,
 ) {
@@ -257,7 +251,7 @@ fn watch(
         if tty {
             let fraction = match cfg.amount {
                 Amount::For(d) => started.elapsed().as_secs_f64() / d.as_secs_f64(),
-                Amount::Ops(n) => progress.done.load(Ordering::Relaxed) as f64 / n as f64,
+                Amount::Ops(n) => progress.load(Ordering::Relaxed) as f64 / n as f64,
             }
             .clamp(0.0, 1.0);
             let filled = (fraction * 30.0) as usize;
@@ -306,7 +300,7 @@ fn uncontended(
     key: &Key,
     cfg: &BenchConfig,
     interrupt: &Interrupt,
-    progress: &Progress,
+    progress: &AtomicU64,
 ) -> anyhow::Result<Phase> {
     let backend = backend::open(&cfg.target)?;
     let holder = Holder::this_process(&["dlock-bench".into()]);
@@ -324,7 +318,7 @@ fn uncontended(
         ))?;
         lease.release()?;
         samples.push(t.elapsed());
-        progress.done.fetch_add(1, Ordering::Relaxed);
+        progress.fetch_add(1, Ordering::Relaxed);
     }
     let n = samples.len() as u64;
     Ok(Phase::new(samples, n, started.elapsed()))
@@ -343,7 +337,7 @@ fn handoff(
     key: &Key,
     cfg: &BenchConfig,
     interrupt: &Interrupt,
-    progress: &Progress,
+    progress: &AtomicU64,
 ) -> anyhow::Result<Phase> {
     let queue = Mutex::new(Queue::default());
     let changed = Condvar::new();
@@ -378,7 +372,7 @@ fn handoff(
                 Err(e) => return Err(e),
             };
             let mine = acquisitions.fetch_add(1, Ordering::SeqCst) + 1;
-            progress.done.fetch_add(1, Ordering::Relaxed);
+            progress.fetch_add(1, Ordering::Relaxed);
             changed.notify_all();
             if let Some(released) = q.released.filter(|r| *r >= asked) {
                 lock(&samples).push(got - released);

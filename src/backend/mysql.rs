@@ -735,10 +735,8 @@ impl MysqlBackend {
             if req.waited_out() {
                 return Err(req.busy(holder.as_ref()));
             }
-            let slice = req
-                .deadline
-                .remaining()
-                .map_or(max_slice(req.ttl), |d| d.min(max_slice(req.ttl)));
+            let longest = max_slice(req.ttl);
+            let slice = req.deadline.remaining().map_or(longest, |d| d.min(longest));
             if !told_holder {
                 if let Some(h) = &holder {
                     (req.on_holder)(h);
