@@ -50,8 +50,6 @@ fn max_slice(ttl: Duration) -> Duration {
 }
 const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/dlock";
 const TABLE: &str = "dlock_locks";
-/// The server's uptime, for [`super::settle`]: a restarted server has forgotten its GET_LOCKs.
-const UPTIME: &str = "SHOW GLOBAL STATUS LIKE 'Uptime'";
 
 /// The table dlock keeps fencing counters and holder metadata in (README shows it too).
 pub const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS dlock_locks (\
@@ -190,16 +188,21 @@ fn last_value<T: mysql::prelude::FromValue>(con: &mut Conn, sql: &str) -> mysql:
     Ok(value)
 }
 
-/// Runs `sql` (several statements) and returns the rows of every result set, in order.
-fn all_rows(con: &mut Conn, sql: &str) -> mysql::Result<Vec<mysql::Row>> {
+/// Runs `sql` (possibly several statements) and returns the first row of the first result set
+/// that has one.
+fn last_row<T: mysql::prelude::FromRow>(con: &mut Conn, sql: &str) -> mysql::Result<Option<T>> {
     let mut result = con.query_iter(sql)?;
-    let mut rows = Vec::new();
+    let mut value = None;
     while let Some(set) = result.iter() {
         for row in set {
-            rows.push(row?);
+            let row = row?;
+            if value.is_none() {
+                value =
+                    Some(mysql::from_row_opt(row).map_err(|e| mysql::Error::FromRowError(e.0))?);
+            }
         }
     }
-    Ok(rows)
+    Ok(value)
 }
 
 fn hex(s: &str) -> String {
@@ -255,8 +258,7 @@ impl MysqlBackend {
     /// trip. The fence lives in the row `counter` (the lock's own row, or a semaphore's shared
     /// counter row); the first token of a counter is the server clock in microseconds (as for the
     /// other backends). `conflict` is an SQL expression giving the metadata of a holder of the
-    /// key in another mode, or NULL. Returns the token, that conflicting holder, and the
-    /// server's uptime in seconds (`SHOW GLOBAL STATUS`, in the same round trip).
+    /// key in another mode, or NULL. Returns the token and that conflicting holder.
     fn record(
         &self,
         con: &mut Conn,
@@ -264,7 +266,7 @@ impl MysqlBackend {
         counter: &str,
         holder: &Holder,
         conflict: &str,
-    ) -> anyhow::Result<(u64, Option<Holder>, Option<u64>)> {
+    ) -> anyhow::Result<(u64, Option<Holder>)> {
         let meta = serde_json::to_string(holder)?;
         // Text protocol: the values are hex literals, so nothing needs escaping.
         let seed = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)";
@@ -274,7 +276,7 @@ impl MysqlBackend {
             format!(
                 "INSERT INTO {TABLE} (name, fence, holder, connection_id) \
                  VALUES (X'{n}', {seed}, CONVERT(X'{m}' USING utf8mb4), CONNECTION_ID()) {upsert}; \
-                 SELECT fence, {conflict} FROM {TABLE} WHERE name = X'{n}'; {UPTIME}",
+                 SELECT fence, {conflict} FROM {TABLE} WHERE name = X'{n}'",
                 n = hex(name),
                 m = hex(&meta)
             )
@@ -287,13 +289,13 @@ impl MysqlBackend {
                  VALUES (X'{n}', @dlock_fence, CONVERT(X'{m}' USING utf8mb4), CONNECTION_ID()) \
                  ON DUPLICATE KEY UPDATE fence = @dlock_fence, holder = VALUES(holder), \
                  connection_id = VALUES(connection_id); \
-                 SELECT @dlock_fence, {conflict}; {UPTIME}",
+                 SELECT @dlock_fence, {conflict}",
                 c = hex(counter),
                 n = hex(name),
                 m = hex(&meta)
             )
         };
-        let mut result = all_rows(con, &sql);
+        let mut result = last_row::<(u64, Option<String>)>(con, &sql);
         if let Err(mysql::Error::MySqlError(e)) = &result {
             if e.code == 1146 {
                 // Table missing: create it once, then retry.
@@ -303,7 +305,7 @@ impl MysqlBackend {
                         self.addr
                     )
                 })?;
-                result = all_rows(con, &sql);
+                result = last_row(con, &sql);
             }
         }
         if let Err(mysql::Error::MySqlError(e)) = &result {
@@ -317,20 +319,12 @@ impl MysqlBackend {
                 );
             }
         }
-        let rows = result
+        let (fence, conflict) = result
             .map_err(|e| self.fail(e))
-            .context("cannot record the holder")?;
-        let (fence, conflict) = rows
-            .first()
-            .and_then(|r| mysql::from_row_opt::<(u64, Option<String>)>(r.clone()).ok())
+            .context("cannot record the holder")?
             .context("the fencing counter vanished")?;
-        let uptime = rows.get(1).and_then(|r| {
-            mysql::from_row_opt::<(String, String)>(r.clone())
-                .ok()
-                .and_then(|(_, v)| v.parse().ok())
-        });
         let conflict = conflict.map(|m| serde_json::from_str(&m).unwrap_or_default());
-        Ok((fence, conflict, uptime))
+        Ok((fence, conflict))
     }
 
     /// (fence, metadata, connection id) of each live holder of a semaphore's slots.
@@ -550,27 +544,18 @@ impl MysqlBackend {
         sent: BootInstant,
     ) -> anyhow::Result<Box<dyn Lease>> {
         let conflict = conflict_sql(req.key, req.mode);
-        let (fence, theirs, uptime) =
-            self.record(&mut con, &name, counter, req.holder, &conflict)?;
+        let (fence, theirs) = self.record(&mut con, &name, counter, req.holder, &conflict)?;
         if let Some(h) = theirs {
             return Err(mismatch(req, &h));
         }
-        let mut lease = MysqlLease {
+        Ok(Box::new(MysqlLease {
             con: Some(con),
             name,
             addr: self.addr.clone(),
             ttl: req.ttl,
             fence,
             acquired_at: sent,
-        };
-        if let Some(up) = uptime {
-            super::settle(up, req, |sent| {
-                lease.renew()?;
-                lease.acquired_at = sent;
-                Ok(())
-            })?;
-        }
-        Ok(Box::new(lease))
+        }))
     }
 
     /// A holder in another mode, else the error `busy` makes.

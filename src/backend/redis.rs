@@ -38,8 +38,7 @@ const SIGNAL_TTL_MS: u64 = 1000;
 /// `:holders`) keep it out too. On failure register as a waiter and as a waiting writer (which
 /// keeps new shared holders out), when waiting, and return `{0, ms}`: when to look again
 /// without a wake-up (the holder's PTTL, or the first shared lease's end). `{-1, n}`: the key
-/// is a semaphore of n (a mode mismatch). Granted: `{1, token}`, or `{1, -token}` when the
-/// counter was just created (a new key, or a server that lost its keys; see `settle`).
+/// is a semaphore of n (a mode mismatch).
 pub(super) const ACQUIRE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -64,8 +63,7 @@ if redis.call('ZCARD', KEYS[5]) > 0 then
   return {0, tonumber(first[2]) - now}
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fresh = redis.call('EXISTS', KEYS[2]) == 0
-  if fresh then
+  if redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('SET', KEYS[2], string.format('%d', now * 1000))
   end
   local fence = redis.call('INCR', KEYS[2])
@@ -73,7 +71,6 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   redis.call('ZREM', KEYS[4], ARGV[1])
   redis.call('ZREM', KEYS[6], ARGV[1])
-  if fresh then return {1, -fence} end
   return {1, fence}
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -117,8 +114,7 @@ else
   busy = redis.call('ZCOUNT', KEYS[6], now, '+inf') > 0
 end
 if not busy then
-  local fresh = redis.call('EXISTS', KEYS[2]) == 0
-  if fresh then
+  if redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('SET', KEYS[2], string.format('%d', now * 1000))
   end
   local fence = redis.call('INCR', KEYS[2])
@@ -132,7 +128,6 @@ if not busy then
     redis.call('RPUSH', KEYS[7], 1)
     redis.call('PEXPIRE', KEYS[7], ARGV[6])
   end
-  if fresh then return {1, -fence} end
   return {1, fence}
 end
 local slice = tonumber(ARGV[4])
@@ -518,25 +513,16 @@ impl Backend for RedisBackend {
                 return Err(mismatch(req, value));
             }
             if acquired == 1 {
-                let mut lease = RedisLease {
+                return Ok(Box::new(RedisLease {
                     node: self.node.clone(),
                     con: Some(con),
                     keys,
                     token,
                     mode: req.mode,
                     ttl: req.ttl,
-                    fence: Some(value.unsigned_abs()),
+                    fence: u64::try_from(value).ok(),
                     acquired_at: sent,
-                };
-                // A negative token: its counter was just created (a new key, or a server that
-                // lost its keys). Ask how long the server has been up (`settle`).
-                if value < 0 {
-                    if let Err(e) = lease.settle(req) {
-                        let _ = Box::new(lease).release();
-                        return Err(e);
-                    }
-                }
-                return Ok(Box::new(lease));
+                }));
             }
             if req.waited_out() {
                 let holder = self.holder(&mut con, &keys);
@@ -720,38 +706,12 @@ struct RedisLease {
     acquired_at: BootInstant,
 }
 
-/// `uptime_in_seconds` from the text of `INFO server`.
-pub(super) fn uptime(info: &str) -> Option<u64> {
-    info.lines()
-        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 impl RedisLease {
     fn con(&mut self) -> anyhow::Result<&mut Connection> {
         if self.con.is_none() {
             self.con = Some(self.node.connect(COMMAND_TIMEOUT.min(self.ttl / 3))?);
         }
         Ok(self.con.as_mut().expect("set above"))
-    }
-}
-
-impl RedisLease {
-    /// [`super::settle`] with the server's `uptime_in_seconds`; a server that refuses `INFO`
-    /// (an ACL) is taken as up for long.
-    fn settle(&mut self, req: &Request<'_>) -> anyhow::Result<()> {
-        let info: Option<String> = self
-            .con()
-            .ok()
-            .and_then(|c| redis::cmd("INFO").arg("server").query(c).ok());
-        match info.as_deref().and_then(uptime) {
-            Some(up) => super::settle(up, req, |sent| {
-                self.renew()?;
-                self.acquired_at = sent;
-                Ok(())
-            }),
-            None => Ok(()),
-        }
     }
 }
 

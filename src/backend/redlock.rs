@@ -8,6 +8,7 @@
 //! Renewal needs a quorum. There is no fencing token: independent masters cannot hand out a number
 //! that grows across all of them, so `DLOCK_FENCING_TOKEN` is unset and `status` says why.
 
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use redis::{Connection, Script};
@@ -118,6 +119,21 @@ fn node_timeout(ttl: Duration) -> Duration {
 }
 
 /// Sleeps `d` unless the interrupt fires first.
+fn pause(d: Duration, interrupt: &crate::signals::Interrupt) -> std::io::Result<()> {
+    let pair = Arc::new((Mutex::new(false), Condvar::new()));
+    let waker = pair.clone();
+    let _guard = interrupt.on_fire(move || {
+        *waker.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        waker.1.notify_all();
+    })?;
+    if interrupt.fired().is_some() {
+        return Ok(()); // fired before the waker was registered
+    }
+    let fired = pair.0.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = pair.1.wait_timeout_while(fired, d, |f| !*f);
+    Ok(())
+}
+
 fn jitter_ms(lo: u64, hi: u64) -> u64 {
     let mut b = [0u8; 8];
     let _ = getrandom::fill(&mut b);
@@ -172,24 +188,14 @@ impl Backend for Redlock {
                     // to 5 s): `status` would count a waiter that is the holder.
                     Self::forget_waiter(&mut slots, &keys, &token, timeout);
                 }
-                // A granting master that had to create the key's counter may have lost its
-                // keys in a restart (see `settle`): ask the masters how long they have been up.
-                let fresh = replies.iter().any(|r| matches!(r, Ok((1, v)) if *v < 0));
-                let mut lease = RedlockLease {
+                return Ok(Box::new(RedlockLease {
                     slots,
                     keys,
                     token,
                     ttl: req.ttl,
                     quorum: self.quorum(),
                     acquired_at: start,
-                };
-                if fresh {
-                    if let Err(e) = lease.settle(req, timeout) {
-                        let _ = Box::new(lease).release();
-                        return Err(e);
-                    }
-                }
-                return Ok(Box::new(lease));
+                }));
             }
             // Not held (or held too late to be useful): give back what was granted.
             Self::release_all(&mut slots, &keys, &token, timeout);
@@ -226,7 +232,7 @@ impl Backend for Redlock {
                 told_holder = true;
             }
             let nap = Duration::from_millis(jitter_ms(50, 250));
-            super::nap(remaining.map_or(nap, |r| r.min(nap)), req.interrupt)?;
+            pause(remaining.map_or(nap, |r| r.min(nap)), req.interrupt)?;
         }
     }
 
@@ -338,30 +344,6 @@ struct RedlockLease {
     ttl: Duration,
     quorum: usize,
     acquired_at: BootInstant,
-}
-
-impl RedlockLease {
-    /// [`super::settle`] with the least `uptime_in_seconds` of the masters that answer `INFO`.
-    fn settle(&mut self, req: &Request<'_>, timeout: Duration) -> anyhow::Result<()> {
-        let uptimes = parallel(&mut self.slots, |slot| {
-            slot.with(timeout, |c| {
-                redis::cmd("INFO").arg("server").query::<String>(c)
-            })
-        });
-        let least = uptimes
-            .iter()
-            .filter_map(|r| r.as_ref().ok())
-            .filter_map(|i| super::redis::uptime(i))
-            .min();
-        match least {
-            Some(up) => super::settle(up, req, |sent| {
-                self.renew()?;
-                self.acquired_at = sent;
-                Ok(())
-            }),
-            None => Ok(()),
-        }
-    }
 }
 
 impl Lease for RedlockLease {

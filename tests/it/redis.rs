@@ -314,14 +314,14 @@ fn fault_server_paused() {
     crate::faults::server_paused(&b, &|on| server.pause(on));
 }
 
-/// The workload's server is killed and started again at once, with no keys (no persistence):
-/// the new holder must not start its command while the one from before the restart may still
-/// run (see `backend::settle`).
+/// The workload's server is killed and, after a TTL (README: a server without persistence must
+/// stay down that long), started again with no keys.
 #[test]
 fn fault_server_killed_and_restarted() {
     let Some(mut server) = Redis::start(&[]) else {
         return;
     };
     let b = TestBackend::redis(&server.url());
-    crate::faults::server_killed_and_restarted(&b, &mut || server.restart());
+    let down = b.ttl;
+    crate::faults::server_killed_and_restarted(&b, &mut || server.restart_after(down));
 }
