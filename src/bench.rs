@@ -277,6 +277,8 @@ fn over(amount: Amount, started: Instant, done: u64) -> bool {
     }
 }
 
+/// A request for one of the benchmark's keys. A lease's `held_back_until` (a young server) is
+/// ignored here: these keys are this process's own, no holder from before a restart can exist.
 fn request<'a>(
     key: &'a Key,
     cfg: &BenchConfig,

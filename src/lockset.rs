@@ -23,7 +23,7 @@ use crate::backend::{
 };
 use crate::clock::BootInstant;
 use crate::config::Key;
-use crate::exit::{Busy, Usage};
+use crate::exit::{Busy, Interrupted, Usage};
 use crate::report::{self, WaitingLine};
 use crate::signals::Interrupt;
 
@@ -217,6 +217,19 @@ pub fn acquire(backend: &dyn Backend, want: &Want<'_>) -> anyhow::Result<Held> {
             }
         }
     }
+    // A server that restarted less than a TTL ago may have forgotten a holder whose command
+    // still runs: keep the locks (renewed), and start only once that holder must be gone.
+    if let Some(until) = held
+        .parts
+        .iter()
+        .filter_map(|p| p.lease.held_back_until())
+        .max()
+    {
+        if let Err(e) = hold_back(&mut held.parts, until, want.interrupt) {
+            release_all(held.parts);
+            return Err(e);
+        }
+    }
     // Leases that lived unattended (or were taken first) may have waited long for the others:
     // make sure each is still ours, and restart its lease clock, before the command starts.
     if held.parts.len() > 1 {
@@ -268,6 +281,42 @@ fn acquire_one(
                 }
             }
             other => return other,
+        }
+    }
+}
+
+/// Keeps `parts` until `until`, renewing each when due, without starting the command (see
+/// [`crate::backend::hold_back_until`]). A signal ends the wait.
+fn hold_back(parts: &mut [Part], until: BootInstant, interrupt: &Interrupt) -> anyhow::Result<()> {
+    let young: Vec<&str> = parts
+        .iter()
+        .filter(|p| p.lease.held_back_until().is_some())
+        .map(|p| p.key.as_str())
+        .collect();
+    // Whole seconds, rounded up: the hold-back is never shorter than it says.
+    let says = Duration::from_secs(until.remaining().as_millis().div_ceil(1000) as u64);
+    report::verbose(format_args!(
+        "'{}': the server has been up for less than the TTL and may have forgotten a holder in \
+         a restart: holding the lock for {} before starting the command",
+        young.join("', '"),
+        report::short_duration(says)
+    ));
+    let _line = WaitingLine::start(&young.join(", "));
+    let while_ = "holding it back after a server restart";
+    loop {
+        if let Some(sig) = interrupt.fired() {
+            return Err(Interrupted(sig).into());
+        }
+        let left = until.remaining();
+        if left.is_zero() {
+            return Ok(());
+        }
+        let renewal = parts.iter().map(Part::due).min();
+        crate::backend::nap(renewal.map_or(left, |r| r.remaining().min(left)), interrupt)?;
+        if interrupt.fired().is_none() {
+            for p in parts.iter_mut() {
+                p.renew_if_due(while_)?;
+            }
         }
     }
 }
@@ -383,7 +432,9 @@ pub struct LeaseSet {
 impl LeaseSet {
     /// One lease for several; a single lease is returned as it is.
     pub fn join(mut parts: Vec<Part>) -> Box<dyn Lease> {
-        if parts.len() == 1 {
+        // A lone lease renewed here (held back) knows only its acquire time: the set keeps the
+        // time of the last renewal.
+        if parts.len() == 1 && parts[0].since == parts[0].lease.acquired_at() {
             return parts.remove(0).lease;
         }
         let since = parts.iter().map(|p| p.since).collect();

@@ -273,6 +273,37 @@ impl Request<'_> {
     }
 }
 
+/// For a lock just granted by a server that has been up for `uptime_s` seconds (rounded down):
+/// the instant before which its command must not start, if any. A server that forgot its locks
+/// in a restart (MySQL's GET_LOCKs; the keys of a Redis without persistence, or of a Redlock
+/// majority) grants a lock that a holder from before the restart still believes it holds until
+/// its next renewal fails; that holder's command is gone by its lease deadline, at most one TTL
+/// after the server went down, so at most one TTL after the server started. (Holders of one key
+/// are assumed to use the same TTL.) `None` for a server up for a TTL already.
+pub(crate) fn hold_back_until(uptime_s: u64, ttl: Duration) -> Option<BootInstant> {
+    let need = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    // Counted from now, when the uptime has been read: the server started at most `uptime_s`
+    // seconds ago.
+    (uptime_s < need).then(|| BootInstant::now() + Duration::from_secs(need - uptime_s))
+}
+
+/// Sleeps for `d`, or until `interrupt` fires.
+pub(crate) fn nap(d: Duration, interrupt: &Interrupt) -> std::io::Result<()> {
+    use std::sync::{Arc, Condvar, Mutex};
+    let pair = Arc::new((Mutex::new(false), Condvar::new()));
+    let waker = pair.clone();
+    let _guard = interrupt.on_fire(move || {
+        *waker.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        waker.1.notify_all();
+    })?;
+    if interrupt.fired().is_some() {
+        return Ok(()); // fired before the waker was registered
+    }
+    let fired = pair.0.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = pair.1.wait_timeout_while(fired, d, |f| !*f);
+    Ok(())
+}
+
 /// A lock backend. Implementations are used from the main thread only; a held lock lives on as a
 /// [`Lease`] on the keeper thread.
 pub trait Backend {
@@ -364,6 +395,13 @@ pub trait Lease: Send {
     /// thread, until the lease is released. Others are only checked by `renew`.
     fn watch_loss(&mut self, lost: LossNotifier) {
         let _ = lost;
+    }
+
+    /// Set for a lock granted by a server that has been up for less than the TTL and may have
+    /// forgotten a holder in a restart ([`hold_back_until`]): the lock is kept, and renewed, but
+    /// the command must not start before this instant.
+    fn held_back_until(&self) -> Option<BootInstant> {
+        None
     }
 }
 

@@ -32,14 +32,26 @@ const MAX_BLOCK: Duration = Duration::from_secs(5);
 /// How long a pushed wake-up waits for a waiter before it expires.
 const SIGNAL_TTL_MS: u64 = 1000;
 
-/// SET NX PX; on success seed (from the server clock, in microseconds, so a flushed or restarted
-/// server still hands out larger tokens) and INCR the fence, store the owner, leave the waiters;
-/// "already mine" is success too (a retry after a lost reply). Shared holders (live entries of
-/// `:holders`) keep it out too. On failure register as a waiter and as a waiting writer (which
-/// keeps new shared holders out), when waiting, and return `{0, ms}`: when to look again
-/// without a wake-up (the holder's PTTL, or the first shared lease's end). `{-1, n}`: the key
-/// is a semaphore of n (a mode mismatch).
+/// SET NX PX; on success bump the fence, store the owner, leave the waiters; "already mine" is
+/// success too (a retry after a lost reply). The fence is the larger of its last value + 1 and
+/// the server clock in microseconds: a server that lost the counter (flushed, restarted without
+/// persistence) or came back with an older one (an RDB snapshot, a lost AOF second) still hands
+/// out larger tokens. Shared holders (live entries of `:holders`) keep it out too. On failure
+/// register as a waiter and as a waiting writer (which keeps new shared holders out), when
+/// waiting, and return `{0, ms}`: when to look again without a wake-up (the holder's PTTL, or
+/// the first shared lease's end). `{-1, n}`: the key is a semaphore of n (a mode mismatch).
+/// Granted: `{1, token}`, or `{1, token, uptime}` from a server up for less than the TTL (in
+/// seconds; `INFO` after the writes, so that a user whose ACL forbids it still gets the lock;
+/// see `hold_back_until`).
 pub(super) const ACQUIRE: &str = r#"
+local function granted(fence)
+  local info = redis.pcall('INFO', 'server')
+  if type(info) == 'string' then
+    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+    if up and up * 1000 < tonumber(ARGV[2]) then return {1, fence, up} end
+  end
+  return {1, fence}
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local slice = tonumber(ARGV[4])
@@ -63,20 +75,18 @@ if redis.call('ZCARD', KEYS[5]) > 0 then
   return {0, tonumber(first[2]) - now}
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    redis.call('SET', KEYS[2], string.format('%d', now * 1000))
-  end
-  local fence = redis.call('INCR', KEYS[2])
+  local fence = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now * 1000)
+  redis.call('SET', KEYS[2], string.format('%d', fence))
   redis.call('HSET', KEYS[3], 'token', ARGV[1], 'fence', fence, 'meta', ARGV[3])
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   redis.call('ZREM', KEYS[4], ARGV[1])
   redis.call('ZREM', KEYS[6], ARGV[1])
-  return {1, fence}
+  return granted(fence)
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('ZREM', KEYS[4], ARGV[1])
   redis.call('ZREM', KEYS[6], ARGV[1])
-  return {1, tonumber(redis.call('HGET', KEYS[3], 'fence'))}
+  return granted(tonumber(redis.call('HGET', KEYS[3], 'fence')))
 end
 wait()
 return {0, redis.call('PTTL', KEYS[1])}
@@ -89,6 +99,14 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// too). Replies as ACQUIRE; `{-1, m}` when the holders use another mode (m = 0 shared, -1
 /// exclusive, else their n).
 const ACQUIRE_SHARED: &str = r#"
+local function granted(fence)
+  local info = redis.pcall('INFO', 'server')
+  if type(info) == 'string' then
+    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+    if up and up * 1000 < tonumber(ARGV[2]) then return {1, fence, up} end
+  end
+  return {1, fence}
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
@@ -100,7 +118,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 local count = redis.call('ZCARD', KEYS[5])
 if count == 0 then redis.call('DEL', KEYS[3]) end
 if redis.call('ZSCORE', KEYS[5], ARGV[1]) then
-  return {1, tonumber(redis.call('HGET', KEYS[3], 'f:' .. ARGV[1]))}
+  return granted(tonumber(redis.call('HGET', KEYS[3], 'f:' .. ARGV[1])))
 end
 local mode = redis.call('HGET', KEYS[3], '~mode')
 if mode and tonumber(mode) ~= n then return {-1, tonumber(mode)} end
@@ -114,10 +132,8 @@ else
   busy = redis.call('ZCOUNT', KEYS[6], now, '+inf') > 0
 end
 if not busy then
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    redis.call('SET', KEYS[2], string.format('%d', now * 1000))
-  end
-  local fence = redis.call('INCR', KEYS[2])
+  local fence = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now * 1000)
+  redis.call('SET', KEYS[2], string.format('%d', fence))
   redis.call('ZADD', KEYS[5], now + ttl, ARGV[1])
   redis.call('HSET', KEYS[3], '~mode', n, ARGV[1], ARGV[3], 'f:' .. ARGV[1], fence)
   if redis.call('PTTL', KEYS[5]) < ttl then redis.call('PEXPIRE', KEYS[5], ttl) end
@@ -128,7 +144,7 @@ if not busy then
     redis.call('RPUSH', KEYS[7], 1)
     redis.call('PEXPIRE', KEYS[7], ARGV[6])
   end
-  return {1, fence}
+  return granted(fence)
 end
 local slice = tonumber(ARGV[4])
 if slice > 0 then
@@ -491,7 +507,7 @@ impl Backend for RedisBackend {
                 None => MAX_BLOCK,
             };
             let sent = BootInstant::now();
-            let reply: redis::RedisResult<(i64, i64)> = acquire_script(
+            let reply = acquire_script(
                 &keys,
                 req.mode,
                 &token,
@@ -499,8 +515,9 @@ impl Backend for RedisBackend {
                 &meta,
                 slice.as_millis() as u64,
             )
-            .invoke(&mut con);
-            let (acquired, value) = match reply {
+            .invoke(&mut con)
+            .and_then(acquire_reply);
+            let (acquired, value, young) = match reply {
                 Ok(r) => r,
                 Err(e) => {
                     // The outcome is unknown: the lock may be ours. Give it back before failing.
@@ -513,6 +530,7 @@ impl Backend for RedisBackend {
                 return Err(mismatch(req, value));
             }
             if acquired == 1 {
+                let held_back_until = young.and_then(|up| super::hold_back_until(up, req.ttl));
                 return Ok(Box::new(RedisLease {
                     node: self.node.clone(),
                     con: Some(con),
@@ -522,6 +540,7 @@ impl Backend for RedisBackend {
                     ttl: req.ttl,
                     fence: u64::try_from(value).ok(),
                     acquired_at: sent,
+                    held_back_until,
                 }));
             }
             if req.waited_out() {
@@ -704,6 +723,21 @@ struct RedisLease {
     ttl: Duration,
     fence: Option<u64>,
     acquired_at: BootInstant,
+    held_back_until: Option<BootInstant>,
+}
+
+/// An acquire script's reply: granted or not (or a mode mismatch), its value, and the uptime of
+/// a server up for less than the TTL.
+pub(super) fn acquire_reply(reply: Vec<i64>) -> redis::RedisResult<(i64, i64, Option<u64>)> {
+    match reply[..] {
+        [acquired, value] => Ok((acquired, value, None)),
+        [acquired, value, up] => Ok((acquired, value, u64::try_from(up).ok())),
+        _ => Err((
+            redis::ErrorKind::UnexpectedReturnType,
+            "unexpected reply to the acquire script",
+        )
+            .into()),
+    }
 }
 
 impl RedisLease {
@@ -718,6 +752,10 @@ impl RedisLease {
 impl Lease for RedisLease {
     fn fencing_token(&self) -> Option<u64> {
         self.fence
+    }
+
+    fn held_back_until(&self) -> Option<BootInstant> {
+        self.held_back_until
     }
 
     fn ttl(&self) -> Option<Duration> {

@@ -8,7 +8,6 @@
 //! Renewal needs a quorum. There is no fencing token: independent masters cannot hand out a number
 //! that grows across all of them, so `DLOCK_FENCING_TOKEN` is unset and `status` says why.
 
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use redis::{Connection, Script};
@@ -119,21 +118,6 @@ fn node_timeout(ttl: Duration) -> Duration {
 }
 
 /// Sleeps `d` unless the interrupt fires first.
-fn pause(d: Duration, interrupt: &crate::signals::Interrupt) -> std::io::Result<()> {
-    let pair = Arc::new((Mutex::new(false), Condvar::new()));
-    let waker = pair.clone();
-    let _guard = interrupt.on_fire(move || {
-        *waker.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        waker.1.notify_all();
-    })?;
-    if interrupt.fired().is_some() {
-        return Ok(()); // fired before the waker was registered
-    }
-    let fired = pair.0.lock().unwrap_or_else(|e| e.into_inner());
-    let _ = pair.1.wait_timeout_while(fired, d, |f| !*f);
-    Ok(())
-}
-
 fn jitter_ms(lo: u64, hi: u64) -> u64 {
     let mut b = [0u8; 8];
     let _ = getrandom::fill(&mut b);
@@ -172,10 +156,14 @@ impl Backend for Redlock {
             let replies = parallel(&mut slots, |slot| {
                 slot.with(timeout, |c| {
                     acquire_script(&keys, Mode::Exclusive, &token, ttl_ms, &meta, waiting_ms)
-                        .invoke::<(i64, i64)>(c)
+                        .invoke(c)
+                        .and_then(super::redis::acquire_reply)
                 })
             });
-            let granted = replies.iter().filter(|r| matches!(r, Ok((1, _)))).count();
+            let granted = replies
+                .iter()
+                .filter(|r| matches!(r, Ok((1, _, _))))
+                .count();
             let answered = replies.iter().filter(|r| r.is_ok()).count();
             let elapsed = BootInstant::now().saturating_duration_since(start);
             let validity = req
@@ -188,6 +176,15 @@ impl Backend for Redlock {
                     // to 5 s): `status` would count a waiter that is the holder.
                     Self::forget_waiter(&mut slots, &keys, &token, timeout);
                 }
+                // A quorum that forgot an earlier holder in a restart has a young master in it.
+                let held_back_until = replies
+                    .iter()
+                    .filter_map(|r| match r {
+                        Ok((1, _, young)) => *young,
+                        _ => None,
+                    })
+                    .min()
+                    .and_then(|up| super::hold_back_until(up, req.ttl));
                 return Ok(Box::new(RedlockLease {
                     slots,
                     keys,
@@ -195,6 +192,7 @@ impl Backend for Redlock {
                     ttl: req.ttl,
                     quorum: self.quorum(),
                     acquired_at: start,
+                    held_back_until,
                 }));
             }
             // Not held (or held too late to be useful): give back what was granted.
@@ -232,7 +230,7 @@ impl Backend for Redlock {
                 told_holder = true;
             }
             let nap = Duration::from_millis(jitter_ms(50, 250));
-            pause(remaining.map_or(nap, |r| r.min(nap)), req.interrupt)?;
+            super::nap(remaining.map_or(nap, |r| r.min(nap)), req.interrupt)?;
         }
     }
 
@@ -344,11 +342,16 @@ struct RedlockLease {
     ttl: Duration,
     quorum: usize,
     acquired_at: BootInstant,
+    held_back_until: Option<BootInstant>,
 }
 
 impl Lease for RedlockLease {
     fn fencing_token(&self) -> Option<u64> {
         None
+    }
+
+    fn held_back_until(&self) -> Option<BootInstant> {
+        self.held_back_until
     }
 
     fn ttl(&self) -> Option<Duration> {

@@ -314,14 +314,63 @@ fn fault_server_paused() {
     crate::faults::server_paused(&b, &|on| server.pause(on));
 }
 
-/// The workload's server is killed and, after a TTL (README: a server without persistence must
-/// stay down that long), started again with no keys.
+/// The workload's server is killed and started again at once, with no keys (no persistence):
+/// the new holder must not start its command while the one from before the restart may still
+/// run (see `backend::hold_back_until`).
 #[test]
 fn fault_server_killed_and_restarted() {
     let Some(mut server) = Redis::start(&[]) else {
         return;
     };
     let b = TestBackend::redis(&server.url());
-    let down = b.ttl;
-    crate::faults::server_killed_and_restarted(&b, &mut || server.restart_after(down));
+    crate::faults::server_killed_and_restarted(&b, &mut || server.restart());
+}
+
+/// A lock granted by a server up for less than the TTL is held back until the server has been
+/// up for a TTL (a holder from before a restart may still run), and renewed meanwhile: the
+/// command then runs for longer than a TTL on that lease. A signal in the hold-back ends it
+/// (143) and gives every key back.
+#[test]
+fn a_restarted_server_holds_the_lock_back() {
+    let Some(mut server) = Redis::start(&[]) else {
+        return;
+    };
+    let b = TestBackend {
+        ttl: Duration::from_secs(3),
+        ..TestBackend::redis(&server.url())
+    };
+    let (k1, k2) = (unique_key("young-a"), unique_key("young-b"));
+
+    server.restart();
+    let p = Proc::spawn(&mut b.run(&k1, &["-k", &k2], &["true"]));
+    wait_until(Duration::from_secs(5), "the keys held back", || {
+        b.status(&k1)["held"] == true && b.status(&k2)["held"] == true
+    });
+    p.signal(libc::SIGTERM);
+    let (out, took) = p.wait(Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(143), "{}", describe(&out));
+    assert!(
+        took < Duration::from_secs(1),
+        "the hold-back ignored the signal: {took:?}"
+    );
+    for k in [&k1, &k2] {
+        assert_eq!(b.status(k)["held"], false, "{k} given back");
+    }
+
+    let before = std::time::SystemTime::now();
+    server.restart();
+    let script = "date +%s%N; sleep 4";
+    let out = run_ok(&mut b.run(&k1, &["-v"], &sh(script)));
+    let started_ns: u128 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let before_ns = before
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    assert!(
+        started_ns >= before_ns + b.ttl.as_nanos(),
+        "the command started {} ms after the restart began, within the TTL",
+        (started_ns - before_ns) / 1_000_000
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("holding the lock for"), "{err}");
 }
