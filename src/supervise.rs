@@ -11,9 +11,8 @@
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::FromRawFd;
-use std::os::unix::process::CommandExt;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, ExitStatus};
+use std::process::ExitStatus;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -168,35 +167,8 @@ pub fn spawn(
     reaper: &Arc<Reaper>,
     events: &Sender<Event>,
 ) -> Result<Child, SpawnError> {
-    // SAFETY: getpid cannot fail.
-    let parent = unsafe { libc::getpid() };
-    let mut cmd = Command::new(&command[0]);
-    cmd.args(&command[1..]);
     // An inherited token (dlock inside dlock) must not pass for ours when we have none.
-    cmd.env_remove("DLOCK_FENCING_TOKEN");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            // dlock blocks the signals it waits for (see `signals`); the command must start with
-            // an empty mask, or `kill -TERM` would never reach it. SIGPIPE as a shell would.
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // dlock died between fork and prctl: the death signal was missed, so die now.
-            if libc::getppid() != parent {
-                libc::raise(libc::SIGKILL);
-            }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().map_err(|e| {
+    let pid = crate::spawn::spawn(command, &["DLOCK_FENCING_TOKEN"], env).map_err(|e| {
         let name = command[0].to_string_lossy();
         let code = match e.kind() {
             io::ErrorKind::NotFound => exit::NOT_FOUND,
@@ -207,9 +179,6 @@ pub fn spawn(
             message: format!("cannot run '{name}': {e}"),
         }
     })?;
-    let pid = child.id() as libc::pid_t;
-    // The std handle is not used to wait: the reaper waits for every child, orphans included.
-    drop(child);
     *reaper.state.lock().unwrap_or_else(|e| e.into_inner()) = ReapState {
         main: Some(pid),
         reaped: false,
