@@ -63,11 +63,15 @@ pub fn exit_code_is_the_commands(b: &TestBackend) {
 
 pub fn child_sees_key_backend_and_token(b: &TestBackend) {
     let key = format!("{} with spaces/and ünïcode", unique_key("env"));
-    let out = run_ok(&mut b.run(
-        &key,
-        &[],
-        &sh("printf '%s|%s|%s' \"$DLOCK_KEY\" \"$DLOCK_BACKEND\" \"$DLOCK_FENCING_TOKEN\""),
-    ));
+    // A token inherited from an enclosing run is replaced, or removed where there is none.
+    let out = run_ok(
+        b.run(
+            &key,
+            &[],
+            &sh("printf '%s|%s|%s' \"$DLOCK_KEY\" \"$DLOCK_BACKEND\" \"$DLOCK_FENCING_TOKEN\""),
+        )
+        .env("DLOCK_FENCING_TOKEN", "1"),
+    );
     let stdout = String::from_utf8(out.stdout).unwrap();
     let parts: Vec<&str> = stdout.split('|').collect();
     assert_eq!(parts[0], key);
@@ -100,6 +104,18 @@ pub fn unrunnable_command_is_126_or_127_and_frees_the_lock(b: &TestBackend) {
     let out = run_code(&mut b.run(&key, &[], &[&not_exec]), 126);
     one_error_line(&out);
     run_code(&mut b.run(&key, &[], &[&dir]), 126);
+    // Searched in PATH, as execvp: not found is 127; a file without `#!` runs under /bin/sh.
+    run_code(&mut b.run(&key, &[], &["dlock-test-no-such-command"]), 127);
+    let plain = dir.join("plain");
+    std::fs::write(&plain, "echo \"by sh: $1\"\n").unwrap();
+    std::fs::set_permissions(&plain, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = run_ok(b.run(&key, &[], &["plain", "x"]).env("PATH", path));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "by sh: x\n");
     assert!(b.is_free(&key));
 }
 
