@@ -374,6 +374,14 @@ fn handoff(
                 Err(e) => return Err(e),
             };
             let mine = acquisitions.fetch_add(1, Ordering::SeqCst) + 1;
+            if matches!(cfg.amount, Amount::Ops(n) if mine > n) {
+                // A waiter that was queued when the last counted acquisition happened.
+                acquisitions.fetch_sub(1, Ordering::SeqCst);
+                changed.notify_all();
+                drop(q);
+                lease.release()?;
+                return Ok(());
+            }
             progress.fetch_add(1, Ordering::Relaxed);
             changed.notify_all();
             if let Some(released) = q.released.filter(|r| *r >= asked) {
