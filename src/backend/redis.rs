@@ -32,6 +32,23 @@ const MAX_BLOCK: Duration = Duration::from_secs(5);
 /// How long a pushed wake-up waits for a waiter before it expires.
 const SIGNAL_TTL_MS: u64 = 1000;
 
+/// The acquire scripts' reply for a granted lock (ARGV[2] = the TTL in ms): `{1, fence}`, or
+/// `{1, fence, uptime}` from a server up for less than the TTL (see `hold_back_until`).
+macro_rules! granted {
+    () => {
+        r#"
+local function granted(fence)
+  local info = redis.pcall('INFO', 'server')
+  if type(info) == 'string' then
+    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+    if up and up * 1000 < tonumber(ARGV[2]) then return {1, fence, up} end
+  end
+  return {1, fence}
+end
+"#
+    };
+}
+
 /// SET NX PX; on success bump the fence, store the owner, leave the waiters; "already mine" is
 /// success too (a retry after a lost reply). The fence is the larger of its last value + 1 and
 /// the server clock in microseconds: a server that lost the counter (flushed, restarted without
@@ -43,15 +60,9 @@ const SIGNAL_TTL_MS: u64 = 1000;
 /// Granted: `{1, token}`, or `{1, token, uptime}` from a server up for less than the TTL (in
 /// seconds; `INFO` after the writes, so that a user whose ACL forbids it still gets the lock;
 /// see `hold_back_until`).
-pub(super) const ACQUIRE: &str = r#"
-local function granted(fence)
-  local info = redis.pcall('INFO', 'server')
-  if type(info) == 'string' then
-    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-    if up and up * 1000 < tonumber(ARGV[2]) then return {1, fence, up} end
-  end
-  return {1, fence}
-end
+pub(super) const ACQUIRE: &str = concat!(
+    granted!(),
+    r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local slice = tonumber(ARGV[4])
@@ -90,7 +101,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 wait()
 return {0, redis.call('PTTL', KEYS[1])}
-"#;
+"#
+);
 
 /// A shared lock (ARGV[5] = 0) or a semaphore slot (ARGV[5] = n): purge expired holders; enter
 /// `:holders` (token -> lease end on the server's clock) if no exclusive holder holds and, for a
@@ -98,15 +110,9 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// hold. A shared holder that enters passes the wake-up on (the next waiter may be a reader
 /// too). Replies as ACQUIRE; `{-1, m}` when the holders use another mode (m = 0 shared, -1
 /// exclusive, else their n).
-const ACQUIRE_SHARED: &str = r#"
-local function granted(fence)
-  local info = redis.pcall('INFO', 'server')
-  if type(info) == 'string' then
-    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-    if up and up * 1000 < tonumber(ARGV[2]) then return {1, fence, up} end
-  end
-  return {1, fence}
-end
+const ACQUIRE_SHARED: &str = concat!(
+    granted!(),
+    r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
@@ -160,7 +166,8 @@ if pttl < 0 then
   if first[2] then pttl = tonumber(first[2]) - now else pttl = -1 end
 end
 return {0, pttl}
-"#;
+"#
+);
 
 /// Extends a shared holder's lease if it is still live: 1, else 0.
 const RENEW_SHARED: &str = r#"
