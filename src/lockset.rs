@@ -430,7 +430,7 @@ pub struct LeaseSet {
 }
 
 impl LeaseSet {
-    /// One lease for several; a single lease is returned as it is.
+    /// One lease for several; a single lease is returned as it is, unless it was renewed here.
     pub fn join(mut parts: Vec<Part>) -> Box<dyn Lease> {
         // A lone lease renewed here (held back) knows only its acquire time: the set keeps the
         // time of the last renewal.

@@ -117,7 +117,6 @@ fn node_timeout(ttl: Duration) -> Duration {
     (ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(50))
 }
 
-/// Sleeps `d` unless the interrupt fires first.
 fn jitter_ms(lo: u64, hi: u64) -> u64 {
     let mut b = [0u8; 8];
     let _ = getrandom::fill(&mut b);
