@@ -147,8 +147,19 @@ type Waker = Box<dyn Fn() + Send>;
 pub struct Interrupt {
     signal: AtomicI32,
     next_id: AtomicU64,
-    wakers: Mutex<Vec<(u64, Waker)>>,
-    watcher: Mutex<Option<Watcher>>,
+    /// One lock for the wakers and the watcher: `fire` runs the wakers under it, and a waker
+    /// may wait (see [`Blocked`]) until its waiter checks [`Interrupt::fired`], so no waiter may
+    /// need a second lock held by a thread that waits for this one. (With two locks, a guard
+    /// dropping on one thread held the watcher's lock while it waited for the wakers', a waiter
+    /// registering on another waited for the watcher's, and `fire` poked that waiter for 5 s per
+    /// waker: Ctrl-C of `dlock bench` hung for seconds.)
+    registry: Mutex<Registry>,
+}
+
+#[derive(Default)]
+struct Registry {
+    wakers: Vec<(u64, Waker)>,
+    watcher: Option<Watcher>,
 }
 
 struct Watcher {
@@ -187,7 +198,7 @@ impl Interrupt {
         let _ = self
             .signal
             .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
-        for (_, wake) in self.wakers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for (_, wake) in self.registry().wakers.iter() {
             wake();
         }
     }
@@ -203,20 +214,25 @@ impl Interrupt {
             self.fire(r.signal);
         }
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        self.wakers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((id, Box::new(wake)));
+        let mut registry = self.registry();
+        registry.wakers.push((id, Box::new(wake)));
         let guard = WakerGuard {
             interrupt: self,
             id,
         };
-        self.start_watcher()?;
+        // Under the same lock: a guard dropping on another thread either sees this waker (and
+        // leaves the watcher running) or has taken its watcher already (and one starts here).
+        self.start_watcher(&mut registry.watcher)?;
         Ok(guard)
     }
 
-    fn start_watcher(&self) -> io::Result<()> {
-        let mut watcher = self.watcher.lock().unwrap_or_else(|e| e.into_inner());
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the watcher thread unless it runs. The new thread takes no lock before it has
+    /// reported its id, so this may run under the registry's lock.
+    fn start_watcher(&self, watcher: &mut Option<Watcher>) -> io::Result<()> {
         if watcher.is_some() || MAIN_THREAD.get().is_none() {
             return Ok(()); // running, or signals are not blocked (tests): nothing to take
         }
@@ -299,26 +315,15 @@ pub struct WakerGuard<'a> {
 
 impl Drop for WakerGuard<'_> {
     fn drop(&mut self) {
-        // Under the watcher's lock, so that a waiter registering on another thread either is
-        // seen here (the watcher stays) or starts a new watcher after this one is taken.
         let idle = {
-            let mut watcher = self
-                .interrupt
-                .watcher
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            let mut wakers = self
-                .interrupt
-                .wakers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            wakers.retain(|(id, _)| *id != self.id);
-            if wakers.is_empty() {
-                watcher.take()
-            } else {
-                None
+            let mut registry = self.interrupt.registry();
+            registry.wakers.retain(|(id, _)| *id != self.id);
+            match registry.wakers.is_empty() {
+                true => registry.watcher.take(),
+                false => None,
             }
         };
+        // Joined outside the lock: the watcher may be in `fire`, waiting for it.
         if let Some(w) = idle {
             w.stop();
         }
