@@ -312,7 +312,7 @@ fn hold_back(parts: &mut [Part], until: BootInstant, interrupt: &Interrupt) -> a
             return Ok(());
         }
         let renewal = parts.iter().map(Part::due).min();
-        crate::backend::nap(renewal.map_or(left, |r| r.remaining().min(left)), interrupt)?;
+        interrupt.nap(renewal.map_or(left, |r| r.remaining().min(left)))?;
         if interrupt.fired().is_none() {
             for p in parts.iter_mut() {
                 p.renew_if_due(while_)?;

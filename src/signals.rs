@@ -226,6 +226,23 @@ impl Interrupt {
         Ok(guard)
     }
 
+    /// Sleeps for `d`, or until this interrupt fires (a signal arriving meanwhile fires it).
+    pub fn nap(&self, d: Duration) -> io::Result<()> {
+        use std::sync::{Arc, Condvar};
+        let pair = Arc::new((Mutex::new(false), Condvar::new()));
+        let waker = pair.clone();
+        let _guard = self.on_fire(move || {
+            *waker.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            waker.1.notify_all();
+        })?;
+        if self.fired().is_some() {
+            return Ok(()); // fired before the waker was registered
+        }
+        let fired = pair.0.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = pair.1.wait_timeout_while(fired, d, |f| !*f);
+        Ok(())
+    }
+
     fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
         self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -13,6 +13,8 @@
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 
 /// glibc's execvp search path when PATH is unset.
 const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
@@ -66,14 +68,22 @@ pub fn spawn(
     if plan.errno != 0 {
         // The child exited without exec'ing: reap it here, so that nobody takes it for the
         // command.
-        let mut status = 0;
-        // SAFETY: our child, not yet reaped.
-        while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
-            && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-        {}
+        wait_pid(pid);
         return Err(io::Error::from_raw_os_error(plan.errno));
     }
     Ok(pid)
+}
+
+/// Waits for our child `pid` to exit (through EINTR) and reaps it.
+pub fn wait_pid(pid: libc::pid_t) -> ExitStatus {
+    let mut status = 0;
+    loop {
+        // SAFETY: valid pointer; pid is our unreaped child.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return ExitStatus::from_raw(status);
+        }
+    }
 }
 
 fn cstring(bytes: &[u8]) -> io::Result<CString> {

@@ -11,7 +11,6 @@
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::FromRawFd;
-use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -133,7 +132,7 @@ impl Reaper {
             if pid == 0 {
                 return; // children remain, none has exited
             }
-            let status = wait_pid(pid);
+            let status = crate::spawn::wait_pid(pid);
             if pid == main {
                 st.reaped = true;
                 let _ = events.send(Event::ChildExited(status));
@@ -190,17 +189,6 @@ pub fn spawn(
         reaper: reaper.clone(),
         events: events.clone(),
     })
-}
-
-fn wait_pid(pid: libc::pid_t) -> ExitStatus {
-    let mut status = 0;
-    loop {
-        // SAFETY: valid pointer; pid is our unreaped child.
-        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return ExitStatus::from_raw(status);
-        }
-    }
 }
 
 impl Child {

@@ -287,23 +287,6 @@ pub(crate) fn hold_back_until(uptime_s: u64, ttl: Duration) -> Option<BootInstan
     (uptime_s < need).then(|| BootInstant::now() + Duration::from_secs(need - uptime_s))
 }
 
-/// Sleeps for `d`, or until `interrupt` fires.
-pub(crate) fn nap(d: Duration, interrupt: &Interrupt) -> std::io::Result<()> {
-    use std::sync::{Arc, Condvar, Mutex};
-    let pair = Arc::new((Mutex::new(false), Condvar::new()));
-    let waker = pair.clone();
-    let _guard = interrupt.on_fire(move || {
-        *waker.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        waker.1.notify_all();
-    })?;
-    if interrupt.fired().is_some() {
-        return Ok(()); // fired before the waker was registered
-    }
-    let fired = pair.0.lock().unwrap_or_else(|e| e.into_inner());
-    let _ = pair.1.wait_timeout_while(fired, d, |f| !*f);
-    Ok(())
-}
-
 /// A lock backend. Implementations are used from the main thread only; a held lock lives on as a
 /// [`Lease`] on the keeper thread.
 pub trait Backend {

@@ -272,14 +272,12 @@ impl Node {
             // one); an error here only means one is installed already.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let info = url
-            .into_connection_info()
-            .map_err(|e| Usage(format!("bad redis URL '{}': {e}", redact(url))))?;
+        let bad = |e: redis::RedisError| Usage(format!("bad redis URL '{}': {e}", redact(url)));
+        let info = url.into_connection_info().map_err(bad)?;
         // No `CLIENT SETINFO` after connecting: one round trip less per lock (and an error
         // reply on servers before 7.2).
         let settings = info.redis_settings().clone().set_skip_set_lib_name();
-        let client = Client::open(info.set_redis_settings(settings))
-            .map_err(|e| Usage(format!("bad redis URL '{}': {e}", redact(url))))?;
+        let client = Client::open(info.set_redis_settings(settings)).map_err(bad)?;
         let addr = client.get_connection_info().addr().to_string();
         Ok(Node { client, addr })
     }

@@ -229,7 +229,7 @@ impl Backend for Redlock {
                 told_holder = true;
             }
             let nap = Duration::from_millis(jitter_ms(50, 250));
-            super::nap(remaining.map_or(nap, |r| r.min(nap)), req.interrupt)?;
+            req.interrupt.nap(remaining.map_or(nap, |r| r.min(nap)))?;
         }
     }
 
