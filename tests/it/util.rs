@@ -405,3 +405,17 @@ pub fn alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Ctrl-C (SIGINT) to a waiting `dlock run`: it exits 130 within a second.
+#[track_caller]
+pub fn ctrl_c_ends_it_at_once(p: Proc) {
+    let sent = Instant::now();
+    p.signal(libc::SIGINT);
+    let (out, _) = p.wait(Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    assert!(
+        sent.elapsed() < Duration::from_secs(1),
+        "interrupt took {:?}",
+        sent.elapsed()
+    );
+}
