@@ -33,7 +33,8 @@ const MAX_BLOCK: Duration = Duration::from_secs(5);
 const SIGNAL_TTL_MS: u64 = 1000;
 
 /// The acquire scripts' reply for a granted lock (ARGV[2] = the TTL in ms): `{1, fence}`, or
-/// `{1, fence, uptime}` from a server up for less than the TTL (see `hold_back_until`).
+/// `{1, fence, uptime}` from a server up for less than the TTL + 1 s (see `hold_back_until`: the
+/// uptime is whole seconds).
 macro_rules! granted {
     () => {
         r#"
@@ -41,7 +42,7 @@ local function granted(fence)
   local info = redis.pcall('INFO', 'server')
   if type(info) == 'string' then
     local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-    if up and up * 1000 < tonumber(ARGV[2]) then return {1, fence, up} end
+    if up and up * 1000 < tonumber(ARGV[2]) + 1000 then return {1, fence, up} end
   end
   return {1, fence}
 end

@@ -357,8 +357,12 @@ fn a_restarted_server_holds_the_lock_back() {
         assert_eq!(b.status(k)["held"], false, "{k} given back");
     }
 
-    let before = std::time::SystemTime::now();
+    // The worst case for an uptime in whole seconds: the server starts late in a second and
+    // grants the lock just after the next second begins, saying it has been up for 1 s when it
+    // has been up for ~0.1 s.
+    let before = wall_clock_at_ms(800);
     server.restart();
+    wall_clock_at_ms(20);
     let script = "date +%s%N; sleep 4";
     let out = run_ok(&mut b.run(&k1, &["-v"], &sh(script)));
     let started_ns: u128 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
@@ -373,4 +377,15 @@ fn a_restarted_server_holds_the_lock_back() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("holding the lock for"), "{err}");
+}
+
+/// Sleeps until the wall clock is `ms` milliseconds into a second; returns that time.
+fn wall_clock_at_ms(ms: u32) -> std::time::SystemTime {
+    let now = std::time::SystemTime::now();
+    let into = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_millis();
+    std::thread::sleep(Duration::from_millis(u64::from((ms + 1000 - into) % 1000)));
+    std::time::SystemTime::now()
 }
