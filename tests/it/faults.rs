@@ -45,7 +45,11 @@ macro_rules! faults {
 /// `$2` = how long to stay inside, in seconds): on
 /// entry it records itself in `in.PID` and reports every *other* live command it finds there to
 /// `overlap`; then it logs "TOKEN PID" to `log`, stays inside for a moment, and leaves. A
-/// command killed with SIGKILL leaves its `in.PID` behind, but a dead pid is not inside.
+/// command killed with SIGKILL leaves its `in.PID` behind, but a dead pid is not inside, nor is
+/// one with a SIGKILL pending: it runs no more user code. (That is how the command of a `kill
+/// -9`ed dlock looks for a moment: the kernel frees dlock's flock or connection as its files
+/// close and sends the PDEATHSIG just after; on a busy machine the next holder's command was
+/// seen entering while the old one, reparented and with SIGKILL pending, had not yet died.)
 const INSIDE: &str = r#"
 d=$1; m="$d/in.$$"
 echo "$$" > "$m"
@@ -53,9 +57,12 @@ trap 'rm -f "$m"; exit 143' TERM INT HUP
 for f in "$d"/in.*; do
   p=${f##*/in.}
   [ "$p" = "$$" ] && continue
-  if [ -r "/proc/$p/stat" ] && ! grep -q ') Z ' "/proc/$p/stat" 2>/dev/null; then
-    echo "$$ $p" >> "$d/overlap"
-  fi
+  st=$(cat "/proc/$p/status" 2>/dev/null) || continue
+  case $st in *"State:	Z"*) continue;; esac
+  sig=$(echo "$st" | sed -n 's/^SigPnd:[[:space:]]*//p')
+  shd=$(echo "$st" | sed -n 's/^ShdPnd:[[:space:]]*//p')
+  [ $(( (0x${sig:-0} | 0x${shd:-0}) & 0x100 )) -ne 0 ] && continue
+  echo "$$ $p" >> "$d/overlap"
 done
 echo "${DLOCK_FENCING_TOKEN:-0} $$" >> "$d/log"
 sleep "$2"
