@@ -454,3 +454,26 @@ pub fn hostname() -> String {
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How long a lock granted now by a server reporting `uptime_s` is held back, to 10 ms.
+    fn held_ms(uptime_s: u64, ttl: Duration) -> Option<u128> {
+        hold_back_until(uptime_s, ttl).map(|t| (t.remaining().as_millis() + 5) / 10 * 10)
+    }
+
+    #[test]
+    fn hold_back_covers_the_ttl_and_the_uptimes_rounding() {
+        let ttl = Duration::from_secs(3);
+        // "Up 1 s" may be 0.01 s: the old holder may run for almost 3 s more.
+        assert_eq!(held_ms(0, ttl), Some(4000));
+        assert_eq!(held_ms(1, ttl), Some(3000));
+        assert_eq!(held_ms(3, ttl), Some(1000));
+        assert_eq!(held_ms(4, ttl), None);
+        // A TTL with a fraction counts as the next whole second.
+        assert_eq!(held_ms(2, Duration::from_millis(2500)), Some(2000));
+        assert_eq!(held_ms(4, Duration::from_millis(2500)), None);
+    }
+}
