@@ -315,10 +315,10 @@ impl Drop for Redis {
     }
 }
 
-/// A shared server is handed out once it has been up for longer than the usual test TTL plus the
-/// second of uptime rounding: a younger Redis or MySQL holds every first lock back (see
-/// `backend::hold_back_until`), which the tests that mean to see that ask for with a server of
-/// their own, and which would otherwise stretch the timing of whichever tests come first.
+/// A shared server is handed out once it has been up for the usual test TTL (2 s) plus the second
+/// of uptime rounding: a younger Redis or MySQL holds every first lock back (see
+/// `backend::hold_back_until`), which would stretch the timing of whichever tests come first.
+/// The tests of the hold-back start servers of their own.
 fn aged<T>(server: Option<T>) -> Option<T> {
     if server.is_some() {
         std::thread::sleep(Duration::from_secs(3));
