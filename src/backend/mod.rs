@@ -279,7 +279,7 @@ impl Request<'_> {
 /// grants a lock that a holder from before the restart still believes it holds until its next
 /// renewal fails; that holder's command is gone by its lease deadline, at most one TTL after the
 /// server went down, so at most one TTL after the server started. (Holders of one key are assumed
-/// to use the same TTL.) `None` for a server up for a TTL already.
+/// to use the same TTL.) `None` for a server up for a TTL and a second already.
 ///
 /// Both servers count the uptime as whole seconds of the clock now minus whole seconds of the
 /// clock at start (Redis `unixtime - stat_starttime`, MySQL `UNIX_TIMESTAMP()` minus

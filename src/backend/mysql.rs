@@ -51,9 +51,9 @@ fn max_slice(ttl: Duration) -> Duration {
 const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/dlock";
 const TABLE: &str = "dlock_locks";
 /// The server's uptime in seconds, for [`super::hold_back_until`]: a restarted server has
-/// forgotten its GET_LOCKs. `UUID_SHORT()` carries the server's start time (seconds since the epoch) in bits
-/// 24..56 (MySQL and MariaDB document it so), and costs nothing, where `SHOW GLOBAL STATUS`
-/// costs the server ~0.3 ms. (Past 2^24 calls the counter below carries into those bits, which
+/// forgotten its GET_LOCKs. `UUID_SHORT()` carries the server's start time (seconds since the
+/// epoch) in bits 24..56 (MySQL and MariaDB document it so), and costs nothing, where
+/// `SHOW GLOBAL STATUS` costs the server ~0.3 ms. (Past 2^24 calls the counter below carries into those bits, which
 /// only makes the server look younger: a longer hold-back, never a shorter one.)
 const UPTIME: &str =
     "CAST(UNIX_TIMESTAMP() AS SIGNED) - CAST((UUID_SHORT() >> 24) & 4294967295 AS SIGNED)";

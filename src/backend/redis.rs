@@ -32,9 +32,8 @@ const MAX_BLOCK: Duration = Duration::from_secs(5);
 /// How long a pushed wake-up waits for a waiter before it expires.
 const SIGNAL_TTL_MS: u64 = 1000;
 
-/// The acquire scripts' reply for a granted lock (ARGV[2] = the TTL in ms): `{1, fence}`, or
-/// `{1, fence, uptime}` from a server up for less than the TTL + 1 s (see `hold_back_until`: the
-/// uptime is whole seconds).
+/// The acquire scripts' reply for a granted lock: `{1, fence, uptime}` (the server's uptime in
+/// seconds, which `hold_back_until` judges), or `{1, fence}` when `INFO` is not allowed.
 macro_rules! granted {
     () => {
         r#"
@@ -42,7 +41,7 @@ local function granted(fence)
   local info = redis.pcall('INFO', 'server')
   if type(info) == 'string' then
     local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-    if up and up * 1000 < tonumber(ARGV[2]) + 1000 then return {1, fence, up} end
+    if up then return {1, fence, up} end
   end
   return {1, fence}
 end
@@ -58,9 +57,8 @@ end
 /// register as a waiter and as a waiting writer (which keeps new shared holders out), when
 /// waiting, and return `{0, ms}`: when to look again without a wake-up (the holder's PTTL, or
 /// the first shared lease's end). `{-1, n}`: the key is a semaphore of n (a mode mismatch).
-/// Granted: `{1, token}`, or `{1, token, uptime}` from a server up for less than the TTL (in
-/// seconds; `INFO` after the writes, so that a user whose ACL forbids it still gets the lock;
-/// see `hold_back_until`).
+/// Granted: `{1, token, uptime}`, or `{1, token}` (`INFO` runs after the writes, so that a user
+/// whose ACL forbids it still gets the lock; see `granted!`).
 pub(super) const ACQUIRE: &str = concat!(
     granted!(),
     r#"
@@ -738,8 +736,8 @@ struct RedisLease {
     held_back_until: Option<BootInstant>,
 }
 
-/// An acquire script's reply: granted or not (or a mode mismatch), its value, and the uptime of
-/// a server up for less than the TTL.
+/// An acquire script's reply: granted or not (or a mode mismatch), its value, and the server's
+/// uptime in seconds when a grant could read it.
 pub(super) fn acquire_reply(reply: Vec<i64>) -> redis::RedisResult<(i64, i64, Option<u64>)> {
     match reply[..] {
         [acquired, value] => Ok((acquired, value, None)),

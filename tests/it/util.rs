@@ -171,7 +171,7 @@ impl TestBackend {
             marker.display()
         );
         let p = Proc::spawn(&mut self.run(key, extra, &sh(&script)));
-        // A server younger than the TTL holds the first lock of a key back (`backend::hold_back_until`).
+        // A young server holds the first lock of a key back (`backend::hold_back_until`).
         wait_for_file(marker, self.ttl + Duration::from_secs(10));
         p
     }
