@@ -13,15 +13,7 @@ pub struct BootInstant(Duration);
 impl BootInstant {
     /// Now, on `CLOCK_BOOTTIME`.
     pub fn now() -> Self {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid out-pointer; CLOCK_BOOTTIME exists on every Linux since 2.6.39,
-        // and clock_gettime cannot fail with a valid clock id and pointer.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-        debug_assert_eq!(rc, 0);
-        BootInstant(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+        BootInstant(crate::sys::boottime())
     }
 
     /// Time from `earlier` to `self`, zero if `earlier` is later.
@@ -51,7 +43,7 @@ impl std::ops::Sub<Duration> for BootInstant {
 }
 
 /// The part of a TTL that is not trusted: 1% of it for clock drift between us and the server,
-/// plus 2 ms for the time a request takes to reach the server (DESIGN.md, rule 4).
+/// plus 2 ms for the time a request takes to reach the server (docs/design.md, "The lease").
 pub fn drift_margin(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }

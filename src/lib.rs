@@ -18,5 +18,5 @@ pub mod keeper;
 pub mod lockset;
 pub mod report;
 pub mod signals;
-pub mod spawn;
 pub mod supervise;
+mod sys;

@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::sys::{self, SigSet, Thread};
+
 /// The signals dlock forwards to the child and turns into exit 128+N.
 pub const FORWARDED: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 /// Sent to a thread blocked in [`wait`] to wake it: by the keeper to the main thread when it has
@@ -41,18 +43,6 @@ pub enum Woken {
     Wake,
 }
 
-fn set(signals: &[i32]) -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialise and fill a plain sigset_t.
-    unsafe {
-        let mut s: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut s);
-        for &sig in signals {
-            libc::sigaddset(&mut s, sig);
-        }
-        s
-    }
-}
-
 const MAIN_SET: [i32; 5] = [
     libc::SIGINT,
     libc::SIGTERM,
@@ -62,7 +52,7 @@ const MAIN_SET: [i32; 5] = [
 ];
 const WATCHER_SET: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, WAKE];
 
-static MAIN_THREAD: OnceLock<libc::pthread_t> = OnceLock::new();
+static MAIN_THREAD: OnceLock<Thread> = OnceLock::new();
 
 /// Blocks the handled signals in this thread and in every thread created after it. Call first
 /// thing on the main thread. A forwarded signal that this process inherited as ignored (`nohup`,
@@ -71,29 +61,14 @@ static MAIN_THREAD: OnceLock<libc::pthread_t> = OnceLock::new();
 pub fn block() -> io::Result<()> {
     // An inherited SIG_IGN for SIGCHLD makes the kernel reap children by itself: waitid would
     // never report the command's exit, and dlock would wait forever.
-    if inherited_ignored(libc::SIGCHLD) {
-        // SAFETY: restoring the default disposition of SIGCHLD.
-        unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+    if sys::is_ignored(libc::SIGCHLD) {
+        sys::reset_to_default(libc::SIGCHLD);
     }
     let mut handled: Vec<i32> = MAIN_SET.to_vec();
-    handled.retain(|&sig| !(FORWARDED.contains(&sig) && inherited_ignored(sig)));
-    let s = set(&handled);
-    // SAFETY: valid set pointer; changes only this thread's mask.
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &s, std::ptr::null_mut()) };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
-    }
-    // SAFETY: pthread_self cannot fail.
-    let _ = MAIN_THREAD.set(unsafe { libc::pthread_self() });
+    handled.retain(|&sig| !(FORWARDED.contains(&sig) && sys::is_ignored(sig)));
+    sys::block_signals(&SigSet::of(&handled))?;
+    let _ = MAIN_THREAD.set(Thread::current());
     Ok(())
-}
-
-fn inherited_ignored(sig: i32) -> bool {
-    // SAFETY: querying (not changing) a disposition into a zeroed sigaction.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
-    }
 }
 
 /// Waits up to `timeout` on the main thread for a forwarded signal, SIGCHLD or a wake-up.
@@ -110,30 +85,21 @@ pub fn pending() -> Option<Received> {
 }
 
 fn take(signals: &[i32], timeout: Duration) -> Woken {
-    let s = set(signals);
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: zeroed siginfo is a valid out-parameter.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointers; the signals are blocked in this thread.
-    let sig = unsafe { libc::sigtimedwait(&s, &mut info, &ts) };
-    match sig {
-        libc::SIGCHLD => Woken::Child,
-        s if FORWARDED.contains(&s) => Woken::Signal(Received {
+    match sys::take_signal(&SigSet::of(signals), timeout) {
+        Some((libc::SIGCHLD, _)) => Woken::Child,
+        Some((s, code)) if FORWARDED.contains(&s) => Woken::Signal(Received {
             signal: s,
-            from_terminal: info.si_code == libc::SI_KERNEL,
+            from_terminal: code == libc::SI_KERNEL,
         }),
-        _ => Woken::Wake, // WAKE, EAGAIN (timeout) or EINTR
+        _ => Woken::Wake, // WAKE, timeout or EINTR
     }
 }
 
 /// Wakes the main thread from [`wait`] (after queueing an event for it).
 pub fn wake_main() {
+    // The main thread lives as long as the process.
     if let Some(&t) = MAIN_THREAD.get() {
-        // SAFETY: the main thread lives as long as the process.
-        unsafe { libc::pthread_kill(t, WAKE) };
+        t.signal(WAKE);
     }
 }
 
@@ -145,8 +111,14 @@ type Waker = Box<dyn Fn() + Send>;
 /// [`Interrupt::fired`].
 #[derive(Default)]
 pub struct Interrupt {
-    signal: AtomicI32,
+    /// What the watcher thread shares: it fires the interrupt when a signal arrives.
+    state: std::sync::Arc<State>,
     next_id: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    signal: AtomicI32,
     /// One lock for the wakers and the watcher: `fire` runs the wakers under it, and a waker
     /// may wait (see [`Blocked`]) until its waiter checks [`Interrupt::fired`], so no waiter may
     /// need a second lock held by a thread that waits for this one. (With two locks, a guard
@@ -156,6 +128,21 @@ pub struct Interrupt {
     registry: Mutex<Registry>,
 }
 
+impl State {
+    fn fire(&self, signal: i32) {
+        let _ = self
+            .signal
+            .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+        for (_, wake) in self.registry().wakers.iter() {
+            wake();
+        }
+    }
+
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 #[derive(Default)]
 struct Registry {
     wakers: Vec<(u64, Waker)>,
@@ -163,7 +150,7 @@ struct Registry {
 }
 
 struct Watcher {
-    thread: libc::pthread_t,
+    thread: Thread,
     handle: std::thread::JoinHandle<()>,
     /// This watcher's own stop flag: a watcher being stopped and the next one started by
     /// another thread's waiter must not share one.
@@ -173,8 +160,8 @@ struct Watcher {
 impl Watcher {
     fn stop(self) {
         self.stop.store(true, Ordering::SeqCst);
-        // SAFETY: the thread is alive until joined below.
-        unsafe { libc::pthread_kill(self.thread, WAKE) };
+        // Alive until joined below.
+        self.thread.signal(WAKE);
         let _ = self.handle.join();
     }
 }
@@ -187,7 +174,7 @@ impl Interrupt {
 
     /// The signal that fired it, if any.
     pub fn fired(&self) -> Option<i32> {
-        match self.signal.load(Ordering::SeqCst) {
+        match self.state.signal.load(Ordering::SeqCst) {
             0 => None,
             s => Some(s),
         }
@@ -195,12 +182,7 @@ impl Interrupt {
 
     /// Fires (the first signal is kept) and runs every registered waker.
     pub fn fire(&self, signal: i32) {
-        let _ = self
-            .signal
-            .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
-        for (_, wake) in self.registry().wakers.iter() {
-            wake();
-        }
+        self.state.fire(signal);
     }
 
     /// Registers `wake` until the guard drops, for a caller about to block. While any waker is
@@ -244,7 +226,7 @@ impl Interrupt {
     }
 
     fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
-        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.registry()
     }
 
     /// Starts the watcher thread unless it runs. The new thread takes no lock before it has
@@ -256,19 +238,15 @@ impl Interrupt {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopped = stop.clone();
         let (tx, rx) = std::sync::mpsc::channel();
-        // The watcher needs `&self` for the duration of the guard; it gets a raw pointer, and
-        // the last guard's drop joins it before `self` can go away.
-        let me = self as *const Interrupt as usize;
+        // The thread shares the state it fires; the last guard's drop stops and joins it.
+        let state = self.state.clone();
         let handle = std::thread::Builder::new()
             .name("dlock-signals".into())
             .spawn(move || {
-                // SAFETY: pthread_self cannot fail.
-                let _ = tx.send(unsafe { libc::pthread_self() });
+                let _ = tx.send(Thread::current());
                 while !stopped.load(Ordering::SeqCst) {
                     if let Woken::Signal(r) = take(&WATCHER_SET, Duration::from_secs(1)) {
-                        // SAFETY: see above: joined before the Interrupt is dropped.
-                        let me = unsafe { &*(me as *const Interrupt) };
-                        me.fire(r.signal);
+                        state.fire(r.signal);
                     }
                 }
             })?;

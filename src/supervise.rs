@@ -10,7 +10,6 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::FromRawFd;
 use std::process::ExitStatus;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -63,7 +62,7 @@ pub enum Ending {
 }
 
 impl Ending {
-    /// dlock's exit code for this ending (SPEC.md).
+    /// dlock's exit code for this ending (docs/design.md, "Exit codes").
     pub fn code(&self) -> u8 {
         match self {
             Ending::Exited(status) => exit::child_code(*status),
@@ -75,8 +74,7 @@ impl Ending {
 
 /// Makes this process the reaper of every orphan below it. Call once, before spawning.
 pub fn become_subreaper() {
-    // SAFETY: prctl with integer arguments; failure (very old kernels) only weakens cleanup.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    crate::sys::become_subreaper();
 }
 
 /// Reaps this process's children on SIGCHLD: reports the command's status, reaps orphans
@@ -109,30 +107,19 @@ impl Reaper {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let Some(main) = st.main else { return };
         loop {
-            // SAFETY: zeroed siginfo is a valid out-parameter for waitid.
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            // WNOWAIT: learn who exited without reaping it yet.
-            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-            // SAFETY: valid pointer.
-            if unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) } != 0 {
-                match io::Error::last_os_error().raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    _ => {
-                        // ECHILD: nothing left at all.
-                        if st.reaped && !st.all_sent {
-                            st.all_sent = true;
-                            let _ = events.send(Event::AllReaped);
-                        }
-                        return;
+            let pid = match crate::sys::waitid_exited_nowait() {
+                Ok(Some(pid)) => pid,
+                Ok(None) => return, // children remain, none has exited
+                Err(_) => {
+                    // ECHILD: nothing left at all.
+                    if st.reaped && !st.all_sent {
+                        st.all_sent = true;
+                        let _ = events.send(Event::AllReaped);
                     }
+                    return;
                 }
-            }
-            // SAFETY: waitid filled a CLD_* siginfo (or left it zeroed: pid 0).
-            let pid = unsafe { info.si_pid() };
-            if pid == 0 {
-                return; // children remain, none has exited
-            }
-            let status = crate::spawn::wait_pid(pid);
+            };
+            let status = crate::sys::wait_pid(pid);
             if pid == main {
                 st.reaped = true;
                 let _ = events.send(Event::ChildExited(status));
@@ -167,7 +154,7 @@ pub fn spawn(
     events: &Sender<Event>,
 ) -> Result<Child, SpawnError> {
     // An inherited token (dlock inside dlock) must not pass for ours when we have none.
-    let pid = crate::spawn::spawn(command, &["DLOCK_FENCING_TOKEN"], env).map_err(|e| {
+    let pid = crate::sys::spawn::spawn(command, &["DLOCK_FENCING_TOKEN"], env).map_err(|e| {
         let name = command[0].to_string_lossy();
         let code = match e.kind() {
             io::ErrorKind::NotFound => exit::NOT_FOUND,
@@ -201,8 +188,8 @@ impl Child {
     fn signal(&self, sig: i32) {
         let st = self.reaper.state.lock().unwrap_or_else(|e| e.into_inner());
         if !st.reaped {
-            // SAFETY: the pid is our unreaped child (held by the lock above), so it is not reused.
-            unsafe { libc::kill(self.pid, sig) };
+            // Our unreaped child (the lock above keeps it so), so the pid is not reused.
+            crate::sys::kill(self.pid, sig);
         }
     }
 }
@@ -217,8 +204,7 @@ impl Child {
 /// one scanned (same start time), and signalled through the pidfd. This once killed another
 /// test's dlock with SIGKILL.
 fn signal_descendants(sig: i32) {
-    // SAFETY: getpid cannot fail.
-    let me = unsafe { libc::getpid() };
+    let me = std::process::id() as libc::pid_t;
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return;
     };
@@ -254,25 +240,12 @@ fn signal_descendants(sig: i32) {
 
 /// Signals `pid` only if it is still the process that started at `start`.
 fn signal_pinned(pid: libc::pid_t, start: u64, sig: i32) {
-    // SAFETY: pidfd_open takes a pid and flags; it returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
-    if fd < 0 {
-        return; // gone already (or a kernel before 5.3: do not risk a recycled pid)
-    }
-    // SAFETY: `fd` is a fresh descriptor we own.
-    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // Gone already (or a kernel before 5.3: do not risk a recycled pid).
+    let Some(fd) = crate::sys::PidFd::open(pid) else {
+        return;
+    };
     if read_stat(pid).map(|(_, st)| st) == Some(start) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: a valid pidfd; no siginfo.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                fd.as_raw_fd(),
-                sig,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        };
+        fd.signal(sig);
     }
 }
 

@@ -101,7 +101,7 @@ pub fn mode_mismatch(key: &Key, want: Mode, theirs: &str) -> anyhow::Error {
 }
 
 /// Who holds (or held) a lock, as far as a backend knows. Stored beside the lock on acquisition
-/// (DESIGN.md rule 6) and read back by `status` and by waiters.
+/// (docs/design.md, "Holder records") and read back by `status` and by waiters.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Holder {
     /// Host name of the holder.
@@ -360,7 +360,7 @@ pub trait Lease: Send {
     fn acquired_at(&self) -> BootInstant;
 
     /// How often the keeper renews (or, without a TTL, checks) the lease: ttl/3 by default
-    /// (DESIGN.md rule 4), which leaves two more chances before the lease runs out.
+    /// (docs/design.md, "The lease"), which leaves two more chances before the lease runs out.
     fn renew_every(&self) -> Duration {
         self.ttl().map_or(Duration::from_secs(1), |ttl| ttl / 3)
     }
@@ -445,14 +445,7 @@ pub fn percent_decode(s: &str) -> Option<Vec<u8>> {
 
 /// This host's name, or "localhost" if it has none.
 pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer and its length are valid; gethostname NUL-terminates when it fits.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    crate::sys::hostname()
 }
 
 #[cfg(test)]

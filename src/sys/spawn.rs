@@ -13,8 +13,6 @@
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
 
 /// glibc's execvp search path when PATH is unset.
 const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
@@ -41,7 +39,7 @@ struct Plan {
 
 /// Starts `command` (searched in PATH like execvp) with dlock's environment minus `remove`,
 /// plus `set`. Returns the child's pid, or why it could not be executed.
-pub fn spawn(
+pub(crate) fn spawn(
     command: &[OsString],
     remove: &[&str],
     set: &[(&str, String)],
@@ -68,22 +66,10 @@ pub fn spawn(
     if plan.errno != 0 {
         // The child exited without exec'ing: reap it here, so that nobody takes it for the
         // command.
-        wait_pid(pid);
+        super::wait_pid(pid);
         return Err(io::Error::from_raw_os_error(plan.errno));
     }
     Ok(pid)
-}
-
-/// Waits for our child `pid` to exit (through EINTR) and reaps it.
-pub fn wait_pid(pid: libc::pid_t) -> ExitStatus {
-    let mut status = 0;
-    loop {
-        // SAFETY: valid pointer; pid is our unreaped child.
-        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return ExitStatus::from_raw(status);
-        }
-    }
 }
 
 fn cstring(bytes: &[u8]) -> io::Result<CString> {
@@ -140,8 +126,7 @@ fn plan(command: &[OsString], remove: &[&str], set: &[(&str, String)]) -> io::Re
         argv,
         sh_argv,
         envp,
-        // SAFETY: getpid cannot fail.
-        parent: unsafe { libc::getpid() },
+        parent: std::process::id() as libc::pid_t,
         errno: 0,
         _args: args,
         _env: env,

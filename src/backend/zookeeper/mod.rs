@@ -33,6 +33,10 @@
 //!   worker thread (a current-thread runtime would not answer the server's pings while dlock
 //!   waits for its command). The rest of dlock stays synchronous.
 
+mod lease;
+mod queue;
+mod url;
+
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -41,22 +45,22 @@ use anyhow::Context;
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
 use zookeeper_client::{
-    Acl, Acls, AuthId, Client, CreateMode, CreateSequence, EventType, MultiReadResult, Permission,
+    Acl, Acls, AuthId, Client, CreateMode, CreateSequence, MultiReadResult, Permission,
     SessionState, Stat,
 };
 
-use super::{
-    Backend, Holder, Lease, LossNotifier, Mode, RenewError, Request, Status, escape_key,
-    percent_decode,
-};
+use super::{Backend, Holder, Lease, Mode, Request, Status, escape_key};
 use crate::clock::BootInstant;
-use crate::config::{BackendKind, Key, redact};
+use crate::config::{BackendKind, Key};
 use crate::exit::{Interrupted, Unavailable, Usage};
+
+use self::lease::ZkLease;
+use self::queue::{blocked_by, compatible, kind_of, lock_queue, node_kind, uuid_v4};
+use self::url::parse_url;
 
 type ZkError = zookeeper_client::Error;
 
 const DEFAULT_URL: &str = "zk://127.0.0.1:2181";
-const DEFAULT_PORT: u16 = 2181;
 /// One attempt to connect to one server (TCP and the session handshake).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// One request.
@@ -65,50 +69,6 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The session timeout asked for by `status` and `break`.
 const ADMIN_SESSION: Duration = Duration::from_secs(10);
-/// The part of a lock node's name between the uuid and the sequence: Curator's `-lock-` for an
-/// exclusive lock, `-read-` for a shared one, `-limitN-` for a slot of a semaphore of N.
-fn node_kind(mode: Mode) -> String {
-    match mode {
-        Mode::Exclusive => "-lock-".into(),
-        Mode::Shared => "-read-".into(),
-        Mode::Limit(n) => format!("-limit{n}-"),
-    }
-}
-
-/// The mode a lock node's name says (`None`: not a lock node of ours).
-fn kind_of(name: &str) -> Option<Mode> {
-    let (head, seq) = name.rsplit_once('-')?;
-    seq.parse::<u32>().ok()?;
-    match head.rsplit_once('-')?.1 {
-        "lock" => Some(Mode::Exclusive),
-        "read" => Some(Mode::Shared),
-        k => Some(Mode::Limit(k.strip_prefix("limit")?.parse().ok()?)),
-    }
-}
-
-/// Whether a node of kind `theirs` and a request for `want` can share a queue: semaphores only
-/// with the same N, exclusive and shared locks with each other.
-fn compatible(want: Mode, theirs: Mode) -> bool {
-    match (want, theirs) {
-        (Mode::Limit(a), Mode::Limit(b)) => a == b,
-        (Mode::Limit(_), _) | (_, Mode::Limit(_)) => false,
-        _ => true,
-    }
-}
-
-/// What the node at `pos` of a queue waits for: `None` if it holds; `Some(Some(i))`: the node at
-/// `i` (the predecessor of an exclusive node, the nearest earlier exclusive node of a shared
-/// one); `Some(None)`: any change of the queue (a semaphore slot frees when any holder goes).
-fn blocked_by(queue: &[String], pos: usize) -> Option<Option<usize>> {
-    match kind_of(&queue[pos])? {
-        Mode::Exclusive => (pos > 0).then(|| Some(pos - 1)),
-        Mode::Shared => queue[..pos]
-            .iter()
-            .rposition(|n| kind_of(n) == Some(Mode::Exclusive))
-            .map(Some),
-        Mode::Limit(n) => (pos >= n as usize).then_some(None),
-    }
-}
 /// The top node under the chroot.
 const ROOT: &str = "dlock";
 
@@ -126,118 +86,6 @@ pub struct ZkBackend {
     /// The ACL of the chroot and `/dlock` when dlock creates them.
     ancestor_acl: Vec<Acl>,
     rt: OnceLock<Arc<Runtime>>,
-}
-
-/// The parts of a `zk://` URL.
-#[derive(Debug, PartialEq, Eq)]
-struct ZkUrl {
-    hosts: Vec<String>,
-    chroot: String,
-    digest: Option<String>,
-}
-
-/// `zk://[user:password@]host[:port][,host[:port]...][/chroot]` (or `zookeeper://`).
-fn parse_url(url: &str) -> Result<ZkUrl, Usage> {
-    let bad = |why: &str| Usage(format!("bad zookeeper URL '{}': {why}", redact(url)));
-    let rest = match url.split_once("://") {
-        Some((scheme, rest))
-            if matches!(scheme.to_ascii_lowercase().as_str(), "zk" | "zookeeper") =>
-        {
-            rest
-        }
-        _ => return Err(bad("expected zk://host:port[,host:port...][/chroot]")),
-    };
-    if rest.contains(['?', '#']) {
-        return Err(bad("no query or fragment is understood"));
-    }
-    let (authority, chroot) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let (userinfo, hostlist) = match authority.rfind('@') {
-        Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
-        None => (None, authority),
-    };
-    let digest = match userinfo {
-        None => None,
-        Some(u) => {
-            let (user, pass) = u
-                .split_once(':')
-                .ok_or_else(|| bad("credentials must be user:password"))?;
-            let decode = |s: &str| {
-                percent_decode(s)
-                    .and_then(|b| String::from_utf8(b).ok())
-                    .ok_or_else(|| bad("invalid %-escape in the credentials"))
-            };
-            let user = decode(user)?;
-            if user.is_empty() || user.contains(':') {
-                return Err(bad("the user name must be non-empty and without ':'"));
-            }
-            Some(format!("{user}:{}", decode(pass)?))
-        }
-    };
-    let mut hosts = Vec::new();
-    for part in hostlist.split(',') {
-        let (host, port) = match part.rsplit_once(':') {
-            Some((h, p)) if !p.contains(']') => {
-                let port: u16 = p
-                    .parse()
-                    .ok()
-                    .filter(|&p| p > 0)
-                    .ok_or_else(|| bad(&format!("bad port '{p}'")))?;
-                (h, port)
-            }
-            _ => (part, DEFAULT_PORT),
-        };
-        if host.is_empty() || host.contains(['@', ' ']) {
-            return Err(bad("expected host[:port] for every server"));
-        }
-        hosts.push(format!("{host}:{port}"));
-    }
-    let chroot = chroot.trim_end_matches('/');
-    for segment in chroot.split('/').skip(1) {
-        if segment.is_empty()
-            || segment == "."
-            || segment == ".."
-            || segment.contains(char::is_control)
-        {
-            return Err(bad("the chroot must be a plain absolute path"));
-        }
-    }
-    Ok(ZkUrl {
-        hosts,
-        chroot: chroot.to_string(),
-        digest,
-    })
-}
-
-/// A random (version 4) UUID, as Curator's protected names use.
-fn uuid_v4() -> anyhow::Result<String> {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).context("no randomness for a lock node name")?;
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    ))
-}
-
-/// The lock nodes among a key's children, lowest sequence (the holder) first. Other children
-/// (not made by a lock recipe) are ignored, as Curator does.
-fn lock_queue(children: Vec<String>) -> Vec<String> {
-    let mut queue: Vec<(i64, String)> = children
-        .into_iter()
-        .filter_map(|c| {
-            kind_of(&c)?;
-            let seq = c.rsplit_once('-')?.1.parse::<i64>().ok()?;
-            Some((seq, c))
-        })
-        .collect();
-    queue.sort();
-    queue.into_iter().map(|(_, c)| c).collect()
 }
 
 /// Runs one request, bounded by [`COMMAND_TIMEOUT`] (a lost reply counts as a connection loss).
@@ -787,224 +635,3 @@ impl Backend for ZkBackend {
     }
 }
 
-/// A held lock: our node, kept alive by the session.
-struct ZkLease {
-    rt: Arc<Runtime>,
-    client: Option<Client>,
-    path: String,
-    session: i64,
-    fence: u64,
-    /// The negotiated session timeout.
-    ttl: Duration,
-    acquired_at: BootInstant,
-    addr: String,
-    watch: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Lease for ZkLease {
-    fn fencing_token(&self) -> Option<u64> {
-        Some(self.fence)
-    }
-
-    fn ttl(&self) -> Option<Duration> {
-        Some(self.ttl)
-    }
-
-    fn acquired_at(&self) -> BootInstant {
-        self.acquired_at
-    }
-
-    fn lives_unattended(&self) -> bool {
-        // The client pings the server by itself; a lost session is pushed by `watch_loss`.
-        true
-    }
-
-    fn renew(&mut self) -> Result<(), RenewError> {
-        let Some(client) = self.client.as_ref() else {
-            return Err(RenewError::Lost("the session is closed".into()));
-        };
-        let limit = COMMAND_TIMEOUT.min(self.ttl / 3);
-        let checked = self.rt.block_on(async {
-            // Both requests leave now, in order; the answer to `exists` comes after the leader's.
-            let synced = client.sync(&self.path);
-            let stat = client.check_stat(&self.path);
-            tokio::time::timeout(limit, async { synced.await.and(stat.await) }).await
-        });
-        let lost = |why: String| Err(RenewError::Lost(format!("{}: {why}", self.addr)));
-        match checked {
-            Ok(Ok(Some(stat))) if stat.ephemeral_owner == self.session => Ok(()),
-            Ok(Ok(_)) | Ok(Err(ZkError::NoNode)) => lost(format!(
-                "the lock node {} was deleted (dlock break?)",
-                self.path
-            )),
-            Ok(Err(
-                e @ (ZkError::SessionExpired | ZkError::AuthFailed | ZkError::ClientClosed),
-            )) => lost(format!("the session ended: {e}")),
-            Ok(Err(e)) => Err(RenewError::Failed(anyhow::anyhow!("{}: {e}", self.addr))),
-            Err(_) => Err(RenewError::Failed(anyhow::anyhow!(
-                "{}: no answer within {limit:?}",
-                self.addr
-            ))),
-        }
-    }
-
-    fn watch_loss(&mut self, lost: LossNotifier) {
-        let Some(client) = self.client.clone() else {
-            return;
-        };
-        let mut states = client.state_watcher();
-        let (addr, path) = (self.addr.clone(), self.path.clone());
-        self.watch = Some(self.rt.spawn(async move {
-            let tell = |why: String| lost(format!("{addr}: {why}"));
-            let deleted = || tell(format!("the lock node {path} was deleted (dlock break?)"));
-            loop {
-                let node = match op(client.check_and_watch_stat(&path)).await {
-                    Ok((Some(_), watcher)) => Some(watcher),
-                    Ok((None, _)) => return deleted(),
-                    Err(_) => None, // disconnected: watch the state; renewals check the node
-                };
-                let watched = node.is_some();
-                let mut changed = std::pin::pin!(async {
-                    match node {
-                        Some(w) => w.changed().await,
-                        None => std::future::pending().await,
-                    }
-                });
-                // Until the node's watch fires (then look again), or the session ends.
-                loop {
-                    tokio::select! {
-                        state = states.changed() => match state {
-                            SessionState::Expired => return tell("the session expired".into()),
-                            SessionState::AuthFailed => return tell("authentication failed".into()),
-                            SessionState::Closed => return tell("the session was closed".into()),
-                            SessionState::Disconnected => crate::report::verbose(format_args!(
-                                "disconnected from zookeeper {addr}; the lease holds until the session could expire"
-                            )),
-                            // Reconnected: watches are restored, but look again if there was none.
-                            _ if !watched => break,
-                            _ => {}
-                        },
-                        event = &mut changed => {
-                            if event.event_type == EventType::NodeDeleted {
-                                return deleted();
-                            }
-                            break;
-                        }
-                    }
-                }
-            }
-        }));
-    }
-
-    fn release(mut self: Box<Self>) -> anyhow::Result<()> {
-        if let Some(watch) = self.watch.take() {
-            // Gone before our own delete could look like a break; its client goes with it.
-            watch.abort();
-            let _ = self.rt.block_on(watch);
-        }
-        let Some(client) = self.client.take() else {
-            return Ok(());
-        };
-        // Our node goes first (the waiter watching it proceeds at once), then the session. The
-        // key's node is a container: the server removes it when it is left empty.
-        self.rt.block_on(close(client, Some(&self.path)));
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls() {
-        let u = parse_url("zk://a:1,b,[::1]:3/app/locks/").unwrap();
-        assert_eq!(u.hosts, ["a:1", "b:2181", "[::1]:3"]);
-        assert_eq!(u.chroot, "/app/locks");
-        assert_eq!(u.digest, None);
-        let u = parse_url("zookeeper://bob:p%40ss:w@h").unwrap();
-        assert_eq!(u.digest.as_deref(), Some("bob:p@ss:w"));
-        assert_eq!(u.chroot, "");
-        for bad in [
-            "zk://",
-            "zk://a:0",
-            "zk://a:x",
-            "zk://a,,b",
-            "zk://a/x/../y",
-            "zk://a//b",
-            "zk://a?x=1",
-            "redis://a",
-            "zk://:pw@a",
-        ] {
-            let e = parse_url(bad).unwrap_err().0;
-            assert!(e.starts_with("bad zookeeper URL"), "{bad}: {e}");
-        }
-        assert!(
-            !parse_url("zk://u:secret@")
-                .unwrap_err()
-                .0
-                .contains("secret")
-        );
-    }
-
-    #[test]
-    fn queue_order_is_by_sequence() {
-        let q = lock_queue(vec![
-            "_c_b-lock-0000000010".into(),
-            "_c_a-lock-0000000002".into(),
-            "other".into(),
-            "_c_c-lock-0000000009".into(),
-        ]);
-        assert_eq!(
-            q,
-            [
-                "_c_a-lock-0000000002",
-                "_c_c-lock-0000000009",
-                "_c_b-lock-0000000010"
-            ]
-        );
-    }
-
-    #[test]
-    fn who_holds_in_each_mode() {
-        let q = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
-        let rw = q(&[
-            "_c_a-read-0000000001",
-            "_c_b-read-0000000002",
-            "_c_c-lock-0000000003",
-            "_c_d-read-0000000004",
-        ]);
-        assert_eq!(blocked_by(&rw, 0), None);
-        assert_eq!(blocked_by(&rw, 1), None);
-        assert_eq!(
-            blocked_by(&rw, 2),
-            Some(Some(1)),
-            "a writer waits for its predecessor"
-        );
-        assert_eq!(
-            blocked_by(&rw, 3),
-            Some(Some(2)),
-            "a reader waits for the earlier writer"
-        );
-        let sem = q(&[
-            "_c_a-limit2-0000000001",
-            "_c_b-limit2-0000000002",
-            "_c_c-limit2-0000000003",
-        ]);
-        assert_eq!(blocked_by(&sem, 1), None);
-        assert_eq!(blocked_by(&sem, 2), Some(None));
-        assert_eq!(kind_of("_c_x-limit12-0000000007"), Some(Mode::Limit(12)));
-        assert_eq!(kind_of("_c_x-other-0000000007"), None);
-        assert!(!compatible(Mode::Limit(2), Mode::Limit(3)));
-        assert!(!compatible(Mode::Exclusive, Mode::Limit(3)));
-        assert!(compatible(Mode::Shared, Mode::Exclusive));
-    }
-
-    #[test]
-    fn uuids_look_like_curators() {
-        let u = uuid_v4().unwrap();
-        assert_eq!(u.len(), 36);
-        assert_eq!(&u[14..15], "4");
-        assert_ne!(u, uuid_v4().unwrap());
-    }
-}

@@ -32,229 +32,31 @@ const MAX_BLOCK: Duration = Duration::from_secs(5);
 /// How long a pushed wake-up waits for a waiter before it expires.
 const SIGNAL_TTL_MS: u64 = 1000;
 
-/// The acquire scripts' reply for a granted lock: `{1, fence, uptime}` (the server's uptime in
-/// seconds, which `hold_back_until` judges), or `{1, fence}` when `INFO` is not allowed.
-macro_rules! granted {
-    () => {
-        r#"
-local function granted(fence)
-  local info = redis.pcall('INFO', 'server')
-  if type(info) == 'string' then
-    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-    if up then return {1, fence, up} end
-  end
-  return {1, fence}
-end
-"#
-    };
-}
+// The scripts live in lua/, one file each, with their KEYS, ARGV and replies described at the
+// top. Each runs atomically in one round trip.
 
-/// SET NX PX; on success bump the fence, store the owner, leave the waiters; "already mine" is
-/// success too (a retry after a lost reply). The fence is the larger of its last value + 1 and
-/// the server clock in microseconds: a server that lost the counter (flushed, restarted without
-/// persistence) or came back with an older one (an RDB snapshot, a lost AOF second) still hands
-/// out larger tokens. Shared holders (live entries of `:holders`) keep it out too. On failure
-/// register as a waiter and as a waiting writer (which keeps new shared holders out), when
-/// waiting, and return `{0, ms}`: when to look again without a wake-up (the holder's PTTL, or
-/// the first shared lease's end). `{-1, n}`: the key is a semaphore of n (a mode mismatch).
-/// Granted: `{1, token, uptime}`, or `{1, token}` (`INFO` runs after the writes, so that a user
-/// whose ACL forbids it still gets the lock; see `granted!`).
+/// Exclusive acquire (SET NX PX, fence, owner, waiter registration).
 pub(super) const ACQUIRE: &str = concat!(
-    granted!(),
-    r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local slice = tonumber(ARGV[4])
-local function wait()
-  if slice > 0 then
-    for _, k in ipairs({KEYS[4], KEYS[6]}) do
-      redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
-      redis.call('ZADD', k, now + slice + 1000, ARGV[1])
-      if redis.call('PTTL', k) < slice + 1000 then
-        redis.call('PEXPIRE', k, slice + 1000)
-      end
-    end
-  end
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
-if redis.call('ZCARD', KEYS[5]) > 0 then
-  local mode = tonumber(redis.call('HGET', KEYS[7], '~mode') or '0')
-  if mode > 0 then return {-1, mode} end
-  wait()
-  local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
-  return {0, tonumber(first[2]) - now}
-end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now * 1000)
-  redis.call('SET', KEYS[2], string.format('%d', fence))
-  redis.call('HSET', KEYS[3], 'token', ARGV[1], 'fence', fence, 'meta', ARGV[3])
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  redis.call('ZREM', KEYS[6], ARGV[1])
-  return granted(fence)
-end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  redis.call('ZREM', KEYS[6], ARGV[1])
-  return granted(tonumber(redis.call('HGET', KEYS[3], 'fence')))
-end
-wait()
-return {0, redis.call('PTTL', KEYS[1])}
-"#
+    include_str!("lua/granted.lua"),
+    include_str!("lua/acquire.lua")
 );
-
-/// A shared lock (ARGV[5] = 0) or a semaphore slot (ARGV[5] = n): purge expired holders; enter
-/// `:holders` (token -> lease end on the server's clock) if no exclusive holder holds and, for a
-/// shared lock, no exclusive run waits (writer preference), or for a semaphore fewer than n
-/// hold. A shared holder that enters passes the wake-up on (the next waiter may be a reader
-/// too). Replies as ACQUIRE; `{-1, m}` when the holders use another mode (m = 0 shared, -1
-/// exclusive, else their n).
+/// Shared lock or semaphore slot acquire.
 const ACQUIRE_SHARED: &str = concat!(
-    granted!(),
-    r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[2])
-local n = tonumber(ARGV[5])
-for _, g in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)) do
-  redis.call('HDEL', KEYS[3], g, 'f:' .. g)
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
-local count = redis.call('ZCARD', KEYS[5])
-if count == 0 then redis.call('DEL', KEYS[3]) end
-if redis.call('ZSCORE', KEYS[5], ARGV[1]) then
-  return granted(tonumber(redis.call('HGET', KEYS[3], 'f:' .. ARGV[1])))
-end
-local mode = redis.call('HGET', KEYS[3], '~mode')
-if mode and tonumber(mode) ~= n then return {-1, tonumber(mode)} end
-local busy
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  if n > 0 then return {-1, -1} end
-  busy = true
-elseif n > 0 then
-  busy = count >= n
-else
-  busy = redis.call('ZCOUNT', KEYS[6], now, '+inf') > 0
-end
-if not busy then
-  local fence = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now * 1000)
-  redis.call('SET', KEYS[2], string.format('%d', fence))
-  redis.call('ZADD', KEYS[5], now + ttl, ARGV[1])
-  redis.call('HSET', KEYS[3], '~mode', n, ARGV[1], ARGV[3], 'f:' .. ARGV[1], fence)
-  if redis.call('PTTL', KEYS[5]) < ttl then redis.call('PEXPIRE', KEYS[5], ttl) end
-  redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[5]))
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  if n == 0 and redis.call('ZCOUNT', KEYS[4], now, '+inf') > 0 then
-    redis.call('DEL', KEYS[7])
-    redis.call('RPUSH', KEYS[7], 1)
-    redis.call('PEXPIRE', KEYS[7], ARGV[6])
-  end
-  return granted(fence)
-end
-local slice = tonumber(ARGV[4])
-if slice > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-  redis.call('ZADD', KEYS[4], now + slice + 1000, ARGV[1])
-  if redis.call('PTTL', KEYS[4]) < slice + 1000 then
-    redis.call('PEXPIRE', KEYS[4], slice + 1000)
-  end
-end
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl < 0 then
-  local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
-  if first[2] then pttl = tonumber(first[2]) - now else pttl = -1 end
-end
-return {0, pttl}
-"#
+    include_str!("lua/granted.lua"),
+    include_str!("lua/acquire_shared.lua")
 );
-
-/// Extends a shared holder's lease if it is still live: 1, else 0.
-const RENEW_SHARED: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[2])
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if s and tonumber(s) > now then
-  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-  if redis.call('PTTL', KEYS[1]) < ttl then
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    redis.call('PEXPIRE', KEYS[2], ttl)
-  end
-  return 1
-end
-return 0
-"#;
-
-/// Removes a shared holder (an empty token: all of them, for `break`) and wakes one waiter: for
-/// a semaphore at every release (a slot is free), for a shared lock when the last one leaves.
-const RELEASE_SHARED: &str = r#"
-local removed
-if ARGV[1] == '' then
-  removed = redis.call('DEL', KEYS[1])
-  redis.call('DEL', KEYS[2])
-else
-  removed = redis.call('ZREM', KEYS[1], ARGV[1])
-  redis.call('HDEL', KEYS[2], ARGV[1], 'f:' .. ARGV[1])
-end
-local left = redis.call('ZCARD', KEYS[1])
-if left == 0 then redis.call('DEL', KEYS[2]) end
-if removed == 1 and (ARGV[3] ~= '0' or left == 0) then
-  redis.call('DEL', KEYS[3])
-  redis.call('RPUSH', KEYS[3], 1)
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
-end
-return removed
-"#;
-
-/// The shared holders for `status`: the mode, then token, lease left (ms), metadata and fencing
-/// token of each live one.
-const STATUS_SHARED: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {redis.call('HGET', KEYS[2], '~mode') or ''}
-local all = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf', 'WITHSCORES')
-for i = 1, #all, 2 do
-  local tok = all[i]
-  table.insert(out, tok)
-  table.insert(out, tostring(tonumber(all[i + 1]) - now))
-  table.insert(out, redis.call('HGET', KEYS[2], tok) or '')
-  table.insert(out, redis.call('HGET', KEYS[2], 'f:' .. tok) or '')
-end
-return out
-"#;
-
-/// Extends the lock and its metadata if the token is still ours: 1, else 0.
-pub(super) const RENEW: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  return 1
-end
-return 0
-"#;
-
-/// Deletes the lock if the token is ours and pushes one wake-up: 1, else 0. With an empty token
-/// (`break`), deletes whatever holds it.
-const RELEASE: &str = r#"
-local holder = redis.call('GET', KEYS[1])
-if holder and (ARGV[1] == '' or holder == ARGV[1]) then
-  redis.call('DEL', KEYS[1], KEYS[2])
-  redis.call('DEL', KEYS[3])
-  redis.call('RPUSH', KEYS[3], 1)
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  return 1
-end
-return 0
-"#;
-
+/// Extends a shared holder's lease: 1, or 0 when lost.
+const RENEW_SHARED: &str = include_str!("lua/renew_shared.lua");
+/// Removes a shared holder and wakes one waiter.
+const RELEASE_SHARED: &str = include_str!("lua/release_shared.lua");
+/// The shared holders, for `status`.
+const STATUS_SHARED: &str = include_str!("lua/status_shared.lua");
+/// Extends the lock if the token is still ours: 1, or 0 when lost.
+pub(super) const RENEW: &str = include_str!("lua/renew.lua");
+/// Deletes the lock if the token is ours (any holder's for an empty token) and wakes one waiter.
+const RELEASE: &str = include_str!("lua/release.lua");
 /// Everything `status` shows, read atomically with the server's clock.
-pub(super) const STATUS: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return {redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]),
-        redis.call('HGET', KEYS[2], 'meta') or '', redis.call('HGET', KEYS[2], 'fence') or '',
-        redis.call('HGET', KEYS[2], 'token') or '', redis.call('ZCOUNT', KEYS[3], now, '+inf')}
-"#;
+pub(super) const STATUS: &str = include_str!("lua/status.lua");
 
 /// One Redis server.
 #[derive(Clone)]

@@ -22,6 +22,9 @@
 //! - `--shared` is refused: GET_LOCK has no shared mode, and emulating one (a reader count in a
 //!   table) would outlive dead readers or need polling.
 
+mod slots;
+mod tls;
+
 use std::time::Duration;
 
 use anyhow::Context;
@@ -29,10 +32,12 @@ use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder};
 use sha2::{Digest, Sha256};
 
-use super::{Backend, Deadline, Holder, Lease, Mode, RenewError, Request, Status};
+use super::{Backend, Holder, Lease, Mode, RenewError, Request, Status};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, redact};
 use crate::exit::{Interrupted, Unavailable, Usage};
+
+use self::tls::split_tls_params;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
@@ -102,16 +107,6 @@ fn mismatch(req: &Request<'_>, theirs: &Holder) -> anyhow::Error {
     super::mode_mismatch(req.key, req.mode, &mode.describe())
 }
 
-/// SQL: take the first free of `slots` without waiting: its 1-based index, or 0.
-fn any_slot_sql(slots: &[String]) -> String {
-    let whens: Vec<String> = slots
-        .iter()
-        .enumerate()
-        .map(|(i, s)| format!("WHEN GET_LOCK(X'{}', 0) = 1 THEN {}", hex(s), i + 1))
-        .collect();
-    format!("SELECT CASE {} ELSE 0 END", whens.join(" "))
-}
-
 /// Locks on one MySQL or MariaDB server.
 pub struct MysqlBackend {
     opts: Opts,
@@ -131,49 +126,6 @@ pub fn lock_name(key: &Key) -> String {
     let digest = Sha256::digest(k.as_bytes());
     let hex: String = digest.iter().take(20).map(|b| format!("{b:02x}")).collect();
     format!("dlock~{hex}")
-}
-
-/// Takes MySQL's own TLS parameter names out of the URL (the client crate does not know them):
-/// `ssl-mode=DISABLED|REQUIRED|VERIFY_CA|VERIFY_IDENTITY` and `ssl-ca=/path/ca.pem`. A CA without
-/// a mode means VERIFY_IDENTITY; no parameter means no TLS.
-fn split_tls_params(url: &str) -> Result<(String, Option<mysql::SslOpts>), Usage> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_string(), None));
-    };
-    let (mut mode, mut ca, mut rest) = (None, None, Vec::new());
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("ssl-mode" | "ssl_mode" | "sslmode", v)) => mode = Some(v.to_ascii_uppercase()),
-            Some(("ssl-ca" | "ssl_ca" | "sslca", v)) => ca = Some(std::path::PathBuf::from(v)),
-            _ => rest.push(pair),
-        }
-    }
-    let url = if rest.is_empty() {
-        base.to_string()
-    } else {
-        format!("{base}?{}", rest.join("&"))
-    };
-    let mode = mode.unwrap_or_else(|| {
-        if ca.is_some() {
-            "VERIFY_IDENTITY".into()
-        } else {
-            "DISABLED".into()
-        }
-    });
-    let ssl = mysql::SslOpts::default().with_root_cert_path(ca.map(std::borrow::Cow::Owned));
-    let ssl = match mode.as_str() {
-        "DISABLED" => return Ok((url, None)),
-        // Encrypted, but the server is not authenticated (as MySQL's own REQUIRED).
-        "REQUIRED" => ssl.with_danger_accept_invalid_certs(true),
-        "VERIFY_CA" => ssl.with_danger_skip_domain_validation(true),
-        "VERIFY_IDENTITY" => ssl,
-        other => {
-            return Err(Usage(format!(
-                "bad ssl-mode '{other}' in mysql URL: expected DISABLED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
-            )));
-        }
-    };
-    Ok((url, Some(ssl)))
 }
 
 /// Runs `sql` (possibly several statements) and returns the first column of the first row of
@@ -482,65 +434,6 @@ impl Backend for MysqlBackend {
 }
 
 impl MysqlBackend {
-    /// A slot of a semaphore of `n`: the first free slot, without waiting, in one round trip.
-    /// Else waiters queue on the gate lock (the server waits, one waiter at a time), and the one
-    /// at the front waits for any slot: one connection per slot, each in GET_LOCK, the first
-    /// granted wins and the others are stopped (KILL QUERY; a slot granted to a loser is released
-    /// when its connection closes). GET_LOCK cannot wait for "any of N" on one connection.
-    fn acquire_slot(&self, req: &Request<'_>, n: u32) -> anyhow::Result<Box<dyn Lease>> {
-        let prefix = slot_prefix(req.key);
-        let slots: Vec<String> = (1..=n).map(|i| format!("{prefix}{i}")).collect();
-        let ttl_secs = req.ttl.as_secs().max(1);
-        let session = format!("SET SESSION wait_timeout = {ttl_secs}; ");
-        let take_any = any_slot_sql(&slots);
-        let mut con = self.connect(MAX_SLICE + COMMAND_TIMEOUT)?;
-        let sent = BootInstant::now();
-        let got: i64 = last_value(&mut con, &format!("{session}{take_any}"))
-            .map_err(|e| self.fail(e))?
-            .unwrap_or(0);
-        let (con, slot, sent) = if got > 0 {
-            (con, got as usize - 1, sent)
-        } else {
-            let busy = |con: &mut Conn| {
-                let holder = self
-                    .holder_row(con, &slots[0])
-                    .and_then(|(_, h, _)| serde_json::from_str::<Holder>(&h).ok());
-                req.busy(holder.as_ref())
-            };
-            if req.deadline == Deadline::Now {
-                return Err(self.mismatch_or(&mut con, req, busy));
-            }
-            drop(con);
-            let (mut gate, _) = self.get_lock(&format!("{prefix}gate"), req)?;
-            let sent = BootInstant::now();
-            let got: i64 = last_value(&mut gate, &take_any)
-                .map_err(|e| self.fail(e))?
-                .unwrap_or(0);
-            if got > 0 {
-                let _ = gate.query_drop(format!(
-                    "DO RELEASE_LOCK(X'{}')",
-                    hex(&format!("{prefix}gate"))
-                ));
-                (gate, got as usize - 1, sent)
-            } else {
-                match self.wait_any(&slots, req.deadline, max_slice(req.ttl), req.interrupt)? {
-                    Some((mut con, slot, sent)) => {
-                        drop(gate); // closing releases the gate for the next waiter
-                        con.query_drop(&session).map_err(|e| self.fail(e))?;
-                        (con, slot, sent)
-                    }
-                    None => {
-                        if let Some(sig) = req.interrupt.fired() {
-                            return Err(Interrupted(sig).into());
-                        }
-                        return Err(self.mismatch_or(&mut gate, req, busy));
-                    }
-                }
-            }
-        };
-        self.lease(con, slots[slot].clone(), &prefix, req, sent)
-    }
-
     /// The lease for lock `name`, just granted to `con`: records the holder (fence from
     /// `counter`) and checks that no holder of the key uses another mode. On error `con` is
     /// dropped, which releases the lock.
@@ -583,117 +476,6 @@ impl MysqlBackend {
         match theirs.and_then(|m| serde_json::from_str::<Holder>(&m).ok()) {
             Some(h) => mismatch(req, &h),
             None => busy(con),
-        }
-    }
-
-    /// Waits until one of `slots` is granted, on one connection per slot; `None` when the
-    /// deadline passed or the interrupt fired first.
-    fn wait_any(
-        &self,
-        slots: &[String],
-        deadline: Deadline,
-        max_slice: Duration,
-        interrupt: &crate::signals::Interrupt,
-    ) -> anyhow::Result<Option<(Conn, usize, BootInstant)>> {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::{Arc, Mutex};
-        let mut cons = Vec::with_capacity(slots.len());
-        for _ in slots {
-            cons.push(self.connect(MAX_SLICE + COMMAND_TIMEOUT)?);
-        }
-        let ids: Vec<u32> = cons.iter().map(|c| c.connection_id()).collect();
-        let stop = Arc::new(AtomicBool::new(false));
-        let winner: Mutex<Option<(Conn, usize, BootInstant)>> = Mutex::new(None);
-        let failed: Mutex<Option<mysql::Error>> = Mutex::new(None);
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let opts = self.clone_for_waker();
-        let kill_all = {
-            let ids = ids.clone();
-            let killer = Mutex::new(None::<Conn>);
-            move || {
-                let mut c = killer.lock().unwrap_or_else(|e| e.into_inner());
-                if c.is_none() {
-                    *c = Conn::new(opts.clone()).ok();
-                }
-                if let Some(c) = c.as_mut() {
-                    for id in &ids {
-                        let _ = c.query_drop(format!("KILL QUERY {id}"));
-                    }
-                }
-            }
-        };
-        let kill_all = Arc::new(kill_all);
-        let (waker_stop, waker_kill) = (stop.clone(), kill_all.clone());
-        let _guard = interrupt.on_fire(move || {
-            waker_stop.store(true, Ordering::SeqCst);
-            waker_kill();
-        })?;
-        std::thread::scope(|s| {
-            for (i, mut con) in cons.into_iter().enumerate() {
-                let (stop, winner, failed, done) = (&stop, &winner, &failed, done_tx.clone());
-                let name = hex(&slots[i]);
-                s.spawn(move || {
-                    while !stop.load(Ordering::SeqCst) && interrupt.fired().is_none() {
-                        let slice = match deadline.remaining() {
-                            Some(d) if d.is_zero() => break,
-                            Some(d) => d.min(max_slice),
-                            None => max_slice,
-                        };
-                        let sent = BootInstant::now();
-                        let got: mysql::Result<Option<Option<i64>>> = last_value(
-                            &mut con,
-                            &format!("SELECT GET_LOCK(X'{name}', {:.3})", slice.as_secs_f64()),
-                        );
-                        match got {
-                            Ok(Some(Some(1))) => {
-                                let mut w = winner.lock().unwrap_or_else(|e| e.into_inner());
-                                if w.is_none() && !stop.swap(true, Ordering::SeqCst) {
-                                    *w = Some((con, i, sent));
-                                }
-                                break; // a loser's connection closes: its slot goes back
-                            }
-                            Ok(_) => {}
-                            Err(e) => {
-                                // This slot's connection is gone: the wait cannot go on.
-                                failed
-                                    .lock()
-                                    .unwrap_or_else(|e| e.into_inner())
-                                    .get_or_insert(e);
-                                stop.store(true, Ordering::SeqCst);
-                                break;
-                            }
-                        }
-                    }
-                    let _ = done.send(());
-                });
-            }
-            drop(done_tx);
-            // Until every thread is out: once one has won (or the wait is over), keep stopping
-            // the others' GET_LOCKs (a KILL QUERY that lands before a query starts is lost).
-            loop {
-                let stopping = stop.load(Ordering::SeqCst)
-                    || interrupt.fired().is_some()
-                    || deadline.remaining().is_some_and(|d| d.is_zero());
-                if stopping {
-                    stop.store(true, Ordering::SeqCst);
-                    kill_all();
-                }
-                let wait = if stopping {
-                    Duration::from_millis(20)
-                } else {
-                    deadline.remaining().unwrap_or(max_slice).min(max_slice)
-                };
-                if let Err(std::sync::mpsc::RecvTimeoutError::Disconnected) =
-                    done_rx.recv_timeout(wait)
-                {
-                    break;
-                }
-            }
-        });
-        let winner = winner.into_inner().unwrap_or_else(|e| e.into_inner());
-        match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            Some(e) if winner.is_none() && interrupt.fired().is_none() => Err(self.fail(e)),
-            _ => Ok(winner),
         }
     }
 

@@ -1,0 +1,455 @@
+//! The file backend: `flock(2)` on `<dir>/<escaped key>.lock`, the zero-setup default.
+//!
+//! - The kernel is the lock server: it releases on process death, and a blocked `flock` is the
+//!   waiting (no polling). A deadline or a signal interrupts the blocked call with a thread-directed
+//!   `SIGALRM` whose handler has no `SA_RESTART`, as `flock -w` does.
+//! - The lock file holds a small JSON document: the fencing counter and the holder's metadata,
+//!   written while holding. The first token of a new file is the wall clock in microseconds, so
+//!   tokens keep growing even after `break` (or a cleaner) removed the file.
+//! - `status` reads `/proc/locks` for the truth (held, by which pid, how many wait) and never
+//!   takes the lock itself, so it cannot make a concurrent `--no-wait` fail.
+//! - `break` unlinks the file. The holder notices that its fd's inode is no longer the path's and
+//!   treats the lock as lost; a waiter that gets the orphaned inode checks the same and retries.
+//!
+//! This module does not know about children or renewal schedules; see `keeper` and `supervise`.
+
+mod paths;
+mod proc_locks;
+mod slots;
+mod wait;
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+pub(crate) use self::paths::{default_dir, file_name};
+use self::paths::{ensure_private_dir, open_existing, open_lock_file, parse_url, still_linked};
+use self::proc_locks::proc_locks;
+use self::slots::take_slot;
+use self::wait::{Blocked, LockOp, blocking_lock, try_flock, try_gate, unlock_gate};
+use super::{Backend, Deadline, Holder, Lease, Mode, RenewError, Request, Status};
+use crate::clock::BootInstant;
+use crate::config::{BackendKind, Key};
+use crate::exit::{Interrupted, Usage};
+
+/// How often a holder checks that its lock file was not removed (`dlock break`).
+const CHECK_EVERY: Duration = Duration::from_millis(500);
+/// The most of a lock file that is read: its JSON is a few hundred bytes (holder records are
+/// capped), so anything longer was not written by dlock.
+const MAX_DATA: usize = 1 << 20;
+
+/// Locks as files in one directory.
+pub struct FileBackend {
+    dir: PathBuf,
+}
+
+impl FileBackend {
+    /// `urls` empty: the per-user default directory; one `file:///dir` URL: that directory.
+    /// Creates the directory if needed; refuses a default directory that another user could
+    /// have planted (a symlink, someone else's, or writable by others).
+    pub fn open(urls: &[String]) -> anyhow::Result<FileBackend> {
+        let dir = match urls {
+            [] => {
+                let dir = default_dir();
+                ensure_private_dir(&dir)?;
+                dir
+            }
+            [url] => {
+                let dir = parse_url(url)?;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .create(&dir)
+                    .with_context(|| format!("cannot create lock directory {}", dir.display()))?;
+                dir
+            }
+            _ => return Err(Usage("the file backend takes one --url".into()).into()),
+        };
+        Ok(FileBackend { dir })
+    }
+
+    fn path(&self, key: &Key) -> PathBuf {
+        self.dir.join(file_name(key))
+    }
+
+    /// `LOCK_EX` on the lock file. Uncontended: one open and one flock. Contended: wait holding
+    /// the gate, so that no new shared holder gets in meanwhile (writer preference).
+    fn acquire_exclusive(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
+        let path = self.path(req.key);
+        loop {
+            let file = open_lock_file(&path)?;
+            let acquired_at = BootInstant::now();
+            if !try_flock(&file, libc::LOCK_EX)? {
+                about_to_wait(&file, req)?;
+                wait_for(&file, LockOp::Gate, req)?;
+                let got = wait_for(&file, LockOp::Flock(libc::LOCK_EX), req);
+                unlock_gate(&file);
+                got?;
+            }
+            // `break` may have unlinked the file while we waited for its inode: that lock is
+            // orphaned, and someone may already hold the new file. Start over on the new one.
+            if !still_linked(&file, &path)? {
+                continue;
+            }
+            let mut data = read_data(&file).unwrap_or_default();
+            let token = data.fence.map_or_else(clock_seed, |f| f + 1);
+            data.fence = Some(token);
+            data.holder = Some(Holder {
+                fencing_token: Some(token),
+                ..req.holder.clone()
+            });
+            data.sharers.clear();
+            data.limit = None;
+            write_data(&file, &data).with_context(|| format!("cannot write {}", path.display()))?;
+            return Ok(Box::new(FileLease {
+                file,
+                path,
+                data,
+                acquired_at,
+                slot: None,
+            }));
+        }
+    }
+
+    /// A shared lock or a semaphore slot: through the gate (which a waiting exclusive run
+    /// holds), then `LOCK_SH` on the lock file (which keeps exclusive runs out), then for a
+    /// semaphore `LOCK_EX` on one of N slot files. The gate is held until the holder is
+    /// recorded, so the fencing counter and the holder list are updated by one process at a
+    /// time. `Ok(None)`: the file was replaced (`break`) meanwhile; try again.
+    fn acquire_shared(&self, req: &Request<'_>) -> anyhow::Result<Option<Box<dyn Lease>>> {
+        let path = self.path(req.key);
+        let file = open_lock_file(&path)?;
+        let acquired_at = BootInstant::now();
+        if !try_gate(&file)? {
+            if req.deadline == Deadline::Now {
+                let data = read_data(&file).unwrap_or_default();
+                return Err(data
+                    .mismatch(req)
+                    .unwrap_or_else(|| req.busy(data.some_holder())));
+            }
+            wait_for(&file, LockOp::Gate, req)?;
+        }
+        // The gate is ours until unlocked below, or until `file` closes on an error path.
+        if !try_flock(&file, libc::LOCK_SH)? {
+            about_to_wait(&file, req)?;
+            wait_for(&file, LockOp::Flock(libc::LOCK_SH), req)?;
+        }
+        if !still_linked(&file, &path)? {
+            return Ok(None);
+        }
+        let mut data = read_data(&file).unwrap_or_default();
+        let meta = file.metadata()?;
+        let live = proc_locks(meta.dev(), meta.ino())?.holders;
+        data.sharers
+            .retain(|h| live.iter().any(|l| Some(l.pid) == h.pid && !l.write));
+        // We hold LOCK_SH: a recorded exclusive holder is one that died without clearing it.
+        data.holder = None;
+        if let Some(e) = data.mismatch(req) {
+            return Err(e);
+        }
+        let slot = match req.mode {
+            Mode::Limit(n) => {
+                let Some(slot) = take_slot(&path, n, req, &data)? else {
+                    return Ok(None);
+                };
+                Some(slot)
+            }
+            _ => None,
+        };
+        let token = data.fence.map_or_else(clock_seed, |f| f + 1);
+        data.fence = Some(token);
+        data.limit = req.mode.limit();
+        data.sharers.push(Holder {
+            fencing_token: Some(token),
+            ..req.holder.clone()
+        });
+        write_data(&file, &data).with_context(|| format!("cannot write {}", path.display()))?;
+        unlock_gate(&file);
+        Ok(Some(Box::new(FileLease {
+            file,
+            path,
+            data,
+            acquired_at,
+            slot,
+        })))
+    }
+}
+
+impl Backend for FileBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::File
+    }
+
+    fn location(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn unsupported(&self, _mode: Mode) -> Option<String> {
+        None
+    }
+
+    fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
+        match req.mode {
+            Mode::Exclusive => self.acquire_exclusive(req),
+            Mode::Shared | Mode::Limit(_) => loop {
+                if let Some(lease) = self.acquire_shared(req)? {
+                    return Ok(lease);
+                }
+            },
+        }
+    }
+
+    fn status(&self, key: &Key) -> anyhow::Result<Status> {
+        let path = self.path(key);
+        let location = path.display().to_string();
+        let mut status = Status {
+            waiters: Some(0),
+            ..Status::new(key, self.kind(), location)
+        };
+        let file = match open_existing(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(status),
+            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+        };
+        let meta = file.metadata()?;
+        let locks = proc_locks(meta.dev(), meta.ino())?;
+        status.waiters = Some(locks.waiters);
+        let data = read_data(&file).unwrap_or_default();
+        for lock in &locks.holders {
+            let recorded = if lock.write {
+                data.holder.as_ref().filter(|h| h.pid == Some(lock.pid))
+            } else {
+                data.sharers.iter().find(|h| h.pid == Some(lock.pid))
+            };
+            let mut holder = match recorded {
+                Some(h) => h.clone(),
+                // Past the shared lock but not yet recorded: still entering (or waiting for a
+                // semaphore slot).
+                None if !lock.write => {
+                    status.waiters = status.waiters.map(|w| w + 1);
+                    continue;
+                }
+                None => Holder {
+                    pid: Some(lock.pid),
+                    fencing_token: data.fence,
+                    ..Holder::default()
+                },
+            };
+            holder.host.get_or_insert_with(super::hostname);
+            status.holders.push(holder);
+        }
+        status.held = !status.holders.is_empty();
+        if status
+            .holders
+            .iter()
+            .any(|h| h.mode.is_some_and(|m| m.limit().is_some()))
+        {
+            status.limit = data.limit;
+        }
+        Ok(status)
+    }
+
+    fn purge(&self, key: &Key) -> anyhow::Result<()> {
+        let path = self.path(key);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("cannot remove {}", path.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
+        let status = self.status(key)?;
+        if status.held {
+            let path = self.path(key);
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(e).with_context(|| format!("cannot remove {}", path.display()));
+                }
+                _ => {}
+            }
+        }
+        Ok(status)
+    }
+}
+
+/// A held flock (and for a semaphore, its slot). Dropping it closes the fds, which releases
+/// the lock.
+struct FileLease {
+    file: File,
+    path: PathBuf,
+    data: LockData,
+    acquired_at: BootInstant,
+    /// A semaphore's slot file, held `LOCK_EX`.
+    slot: Option<(File, PathBuf)>,
+}
+
+impl FileLease {
+    fn exclusive(&self) -> bool {
+        self.data.holder.is_some()
+    }
+}
+
+impl Lease for FileLease {
+    fn fencing_token(&self) -> Option<u64> {
+        self.data.fence
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        None
+    }
+
+    fn acquired_at(&self) -> BootInstant {
+        self.acquired_at
+    }
+
+    fn renew_every(&self) -> Duration {
+        CHECK_EVERY
+    }
+
+    fn renew(&mut self) -> Result<(), RenewError> {
+        let files = std::iter::once((&self.file, &self.path))
+            .chain(self.slot.as_ref().map(|(f, p)| (f, p)));
+        for (file, path) in files {
+            match still_linked(file, path) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(RenewError::Lost(format!(
+                        "lock file {} was removed or replaced (dlock break?)",
+                        path.display()
+                    )));
+                }
+                Err(e) => return Err(RenewError::Failed(e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+        if !self.exclusive() {
+            // A shared holder must not write: others share the file. Its entry in the holder
+            // list is pruned by the next one to enter (its flock is gone from /proc/locks).
+            return Ok(());
+        }
+        // Clear the holder so that stale metadata never outlives the lock; keep the counter.
+        self.data.holder = None;
+        let result = write_data(&self.file, &self.data);
+        drop(self.file); // close: the kernel releases the flock and wakes the waiters
+        result.with_context(|| format!("cannot update {}", self.path.display()))
+    }
+}
+
+/// What the lock file holds.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(super) struct LockData {
+    /// The last fencing token handed out.
+    fence: Option<u64>,
+    /// The exclusive holder, `None` when released or shared.
+    holder: Option<Holder>,
+    /// The shared holders or semaphore slot holders (may include ones that have gone: only
+    /// those whose flock shows in /proc/locks count).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    sharers: Vec<Holder>,
+    /// The semaphore's size while it has holders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    limit: Option<u32>,
+}
+
+impl LockData {
+    /// Someone who holds it, for messages.
+    pub(super) fn some_holder(&self) -> Option<&Holder> {
+        self.holder.as_ref().or(self.sharers.first())
+    }
+
+    /// How the recorded holders hold the lock ("exclusive", "shared", "--limit 3").
+    fn held_as(&self) -> Option<Mode> {
+        if let Some(h) = &self.holder {
+            return Some(h.mode.unwrap_or(Mode::Exclusive));
+        }
+        self.sharers.first().map(|h| h.mode.unwrap_or(Mode::Shared))
+    }
+
+    /// The error for a request that cannot share this key with its holders: a semaphore of
+    /// another size, or a semaphore against an exclusive or shared lock.
+    fn mismatch(&self, req: &Request<'_>) -> Option<anyhow::Error> {
+        let theirs = self.held_as()?;
+        let agree = match (req.mode, theirs) {
+            (Mode::Limit(a), Mode::Limit(b)) => a == b,
+            (Mode::Limit(_), _) | (_, Mode::Limit(_)) => false,
+            _ => true,
+        };
+        (!agree).then(|| super::mode_mismatch(req.key, req.mode, &theirs.describe()))
+    }
+}
+
+/// Reads the lock file's document (at most [`MAX_DATA`] bytes, from offset 0, without moving
+/// the fd's cursor). An empty file is a default document; anything unparsable is an error,
+/// which callers treat as unknown metadata.
+fn read_data(file: &File) -> anyhow::Result<LockData> {
+    let mut buf = vec![0u8; MAX_DATA];
+    let mut len = 0;
+    while len < buf.len() {
+        match file.read_at(&mut buf[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let buf = &buf[..len];
+    if buf.iter().all(u8::is_ascii_whitespace) {
+        return Ok(LockData::default());
+    }
+    Ok(serde_json::from_slice(buf)?)
+}
+
+fn write_data(file: &File, data: &LockData) -> io::Result<()> {
+    let mut buf = serde_json::to_vec(data).map_err(io::Error::other)?;
+    buf.push(b'\n');
+    // One pwrite, then cut the tail: a reader sees the old or the new document (or, rarely, a
+    // torn one, which it treats as unknown metadata; the lock state comes from /proc/locks).
+    file.write_all_at(&buf, 0)?;
+    file.set_len(buf.len() as u64)
+}
+
+/// The first token of a new lock file: microseconds since the Unix epoch, so that a recreated
+/// file (after `break`) still hands out larger tokens than any earlier one.
+fn clock_seed() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64)
+}
+
+/// The lock is busy: an error if its holders use another mode or the request does not wait;
+/// else tells the waiting line who holds it.
+fn about_to_wait(file: &File, req: &Request<'_>) -> anyhow::Result<()> {
+    let data = read_data(file).unwrap_or_default();
+    if let Some(e) = data.mismatch(req) {
+        return Err(e);
+    }
+    if req.deadline == Deadline::Now {
+        return Err(req.busy(data.some_holder()));
+    }
+    if let Some(holder) = data.some_holder() {
+        (req.on_holder)(holder);
+    }
+    Ok(())
+}
+
+/// Blocks on `op` until acquired; the deadline and the interrupt end the wait with the
+/// request's errors.
+fn wait_for(file: &File, op: LockOp, req: &Request<'_>) -> anyhow::Result<()> {
+    match blocking_lock(file, op, req.deadline, req.interrupt)? {
+        Blocked::Acquired => Ok(()),
+        Blocked::TimedOut => {
+            let data = read_data(file).unwrap_or_default();
+            Err(req.busy(data.some_holder()))
+        }
+        Blocked::Interrupted(sig) => Err(Interrupted(sig).into()),
+    }
+}

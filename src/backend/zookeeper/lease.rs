@@ -1,0 +1,137 @@
+//! A held ZooKeeper lock: the session is the lease; renewals `sync` and check the node, and
+//! watches report an expired session or a deleted node at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Runtime;
+use zookeeper_client::{Client, EventType, SessionState};
+
+use super::{COMMAND_TIMEOUT, ZkError, close, op};
+use crate::backend::{Lease, LossNotifier, RenewError};
+use crate::clock::BootInstant;
+
+/// A held lock: our node, kept alive by the session.
+pub(super) struct ZkLease {
+    pub(super) rt: Arc<Runtime>,
+    pub(super) client: Option<Client>,
+    pub(super) path: String,
+    pub(super) session: i64,
+    pub(super) fence: u64,
+    /// The negotiated session timeout.
+    pub(super) ttl: Duration,
+    pub(super) acquired_at: BootInstant,
+    pub(super) addr: String,
+    pub(super) watch: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Lease for ZkLease {
+    fn fencing_token(&self) -> Option<u64> {
+        Some(self.fence)
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.ttl)
+    }
+
+    fn acquired_at(&self) -> BootInstant {
+        self.acquired_at
+    }
+
+    fn lives_unattended(&self) -> bool {
+        // The client pings the server by itself; a lost session is pushed by `watch_loss`.
+        true
+    }
+
+    fn renew(&mut self) -> Result<(), RenewError> {
+        let Some(client) = self.client.as_ref() else {
+            return Err(RenewError::Lost("the session is closed".into()));
+        };
+        let limit = COMMAND_TIMEOUT.min(self.ttl / 3);
+        let checked = self.rt.block_on(async {
+            // Both requests leave now, in order; the answer to `exists` comes after the leader's.
+            let synced = client.sync(&self.path);
+            let stat = client.check_stat(&self.path);
+            tokio::time::timeout(limit, async { synced.await.and(stat.await) }).await
+        });
+        let lost = |why: String| Err(RenewError::Lost(format!("{}: {why}", self.addr)));
+        match checked {
+            Ok(Ok(Some(stat))) if stat.ephemeral_owner == self.session => Ok(()),
+            Ok(Ok(_)) | Ok(Err(ZkError::NoNode)) => lost(format!(
+                "the lock node {} was deleted (dlock break?)",
+                self.path
+            )),
+            Ok(Err(
+                e @ (ZkError::SessionExpired | ZkError::AuthFailed | ZkError::ClientClosed),
+            )) => lost(format!("the session ended: {e}")),
+            Ok(Err(e)) => Err(RenewError::Failed(anyhow::anyhow!("{}: {e}", self.addr))),
+            Err(_) => Err(RenewError::Failed(anyhow::anyhow!(
+                "{}: no answer within {limit:?}",
+                self.addr
+            ))),
+        }
+    }
+
+    fn watch_loss(&mut self, lost: LossNotifier) {
+        let Some(client) = self.client.clone() else {
+            return;
+        };
+        let mut states = client.state_watcher();
+        let (addr, path) = (self.addr.clone(), self.path.clone());
+        self.watch = Some(self.rt.spawn(async move {
+            let tell = |why: String| lost(format!("{addr}: {why}"));
+            let deleted = || tell(format!("the lock node {path} was deleted (dlock break?)"));
+            loop {
+                let node = match op(client.check_and_watch_stat(&path)).await {
+                    Ok((Some(_), watcher)) => Some(watcher),
+                    Ok((None, _)) => return deleted(),
+                    Err(_) => None, // disconnected: watch the state; renewals check the node
+                };
+                let watched = node.is_some();
+                let mut changed = std::pin::pin!(async {
+                    match node {
+                        Some(w) => w.changed().await,
+                        None => std::future::pending().await,
+                    }
+                });
+                // Until the node's watch fires (then look again), or the session ends.
+                loop {
+                    tokio::select! {
+                        state = states.changed() => match state {
+                            SessionState::Expired => return tell("the session expired".into()),
+                            SessionState::AuthFailed => return tell("authentication failed".into()),
+                            SessionState::Closed => return tell("the session was closed".into()),
+                            SessionState::Disconnected => crate::report::verbose(format_args!(
+                                "disconnected from zookeeper {addr}; the lease holds until the session could expire"
+                            )),
+                            // Reconnected: watches are restored, but look again if there was none.
+                            _ if !watched => break,
+                            _ => {}
+                        },
+                        event = &mut changed => {
+                            if event.event_type == EventType::NodeDeleted {
+                                return deleted();
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+
+    fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+        if let Some(watch) = self.watch.take() {
+            // Gone before our own delete could look like a break; its client goes with it.
+            watch.abort();
+            let _ = self.rt.block_on(watch);
+        }
+        let Some(client) = self.client.take() else {
+            return Ok(());
+        };
+        // Our node goes first (the waiter watching it proceeds at once), then the session. The
+        // key's node is a container: the server removes it when it is left empty.
+        self.rt.block_on(close(client, Some(&self.path)));
+        Ok(())
+    }
+}

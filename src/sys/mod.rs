@@ -1,0 +1,55 @@
+//! The system calls std does not offer, each behind a safe function that states why its
+//! `unsafe` block is sound. Nothing outside this module writes `unsafe` (clippy's
+//! `undocumented_unsafe_blocks` is denied crate-wide, so every block here carries its argument).
+//!
+//! What std does (opening with `O_NOFOLLOW`, seeking a `&File`, pipes, pids) is done with std
+//! where it is used; this module holds only what std cannot do: `flock` and OFD locks, inotify,
+//! `poll`, signal masks and synchronous signal waits, thread-directed signals, `prctl`, `waitid`,
+//! pidfds, `CLOCK_BOOTTIME`, and starting the command (`spawn`).
+
+mod fs;
+mod process;
+mod signal;
+pub(crate) mod spawn;
+
+pub(crate) use fs::{Inotify, flock, ofd_lock, poll_readable};
+pub(crate) use process::{
+    PidFd, become_subreaper, kill, wait_pid, waitid_exited_nowait,
+};
+pub(crate) use signal::{
+    SigSet, Thread, block_signals, install_interrupting_handler, is_ignored, reset_to_default,
+    take_signal,
+};
+
+use std::time::Duration;
+
+/// `CLOCK_BOOTTIME` now: monotonic, and it keeps counting while the machine is suspended.
+pub(crate) fn boottime() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_BOOTTIME exists on every Linux since 2.6.39,
+    // and clock_gettime cannot fail with a valid clock id and pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    debug_assert_eq!(rc, 0);
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// This host's name, or "localhost" if it has none.
+pub(crate) fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer and its length are valid; gethostname NUL-terminates when it fits.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// The effective user id.
+pub(crate) fn euid() -> u32 {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}

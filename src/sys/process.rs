@@ -1,0 +1,85 @@
+//! Children and other processes: the subreaper flag, `waitid`/`waitpid`, `kill`, pidfds.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+
+/// Makes this process the reaper of every orphan below it. Failure (a kernel before 3.4) only
+/// weakens the clean-up of a job's leftovers, so it is ignored.
+pub(crate) fn become_subreaper() {
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// The pid of a child that has exited, without reaping it (`waitid(P_ALL, WEXITED | WNOHANG |
+/// WNOWAIT)`): `Ok(None)` when children remain but none has exited, `Err` with ECHILD when none
+/// is left.
+pub(crate) fn waitid_exited_nowait() -> io::Result<Option<libc::pid_t>> {
+    loop {
+        // SAFETY: all-zero bytes are a valid siginfo_t, used only as an out-parameter.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        // SAFETY: a valid pointer to a siginfo_t that outlives the call.
+        if unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        // SAFETY: waitid filled in a CLD_* siginfo, or left it zeroed (pid 0: none exited).
+        let pid = unsafe { info.si_pid() };
+        return Ok((pid != 0).then_some(pid));
+    }
+}
+
+/// Waits for our child `pid` to exit (through EINTR) and reaps it.
+pub(crate) fn wait_pid(pid: libc::pid_t) -> ExitStatus {
+    let mut status = 0;
+    loop {
+        // SAFETY: a valid pointer to an int; waitpid only writes the status there.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return ExitStatus::from_raw(status);
+        }
+    }
+}
+
+/// Sends `sig` to `pid`. The caller makes sure `pid` cannot have been recycled (an unreaped
+/// child of ours); for any other process use [`PidFd`].
+pub(crate) fn kill(pid: libc::pid_t, sig: libc::c_int) {
+    // SAFETY: kill takes two integers; a stale pid is the caller's contract, not memory safety.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// A process pinned by a pidfd (Linux ≥ 5.3): signals through it reach that process or none,
+/// never one that inherited its pid.
+pub(crate) struct PidFd(OwnedFd);
+
+impl PidFd {
+    /// Pins `pid`; `None` if it is gone (or the kernel has no pidfds).
+    pub(crate) fn open(pid: libc::pid_t) -> Option<PidFd> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        Some(PidFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Sends `sig` to the pinned process (nothing if it has exited).
+    pub(crate) fn signal(&self, sig: libc::c_int) {
+        // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.0.as_raw_fd(),
+                sig,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+    }
+}
