@@ -286,7 +286,7 @@ fn release_within(keeper: Keeper, bound: std::time::Duration) {
 }
 
 /// Releases a lease that never reached the keeper.
-fn release(name: &str, key: &str, lease: Box<dyn crate::backend::Lease>) {
+fn release(name: &str, key: &str, lease: Box<dyn backend::Lease>) {
     if let Err(e) = lease.release() {
         report::warn(format_args!(
             "{name}: release of '{key}' failed (it expires by itself): {e:#}"

@@ -31,7 +31,7 @@ const SLOW_HANDOFF: Duration = Duration::from_millis(20);
 
 /// Latency percentiles of one phase.
 #[derive(Debug, Serialize)]
-pub struct Phase {
+pub(crate) struct Phase {
     /// Samples taken.
     pub n: usize,
     /// Percentiles and maximum, in milliseconds.
@@ -77,7 +77,7 @@ impl Phase {
 
 /// The whole report (`--json` prints it as is).
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// Backend name.
     pub backend: &'static str,
     /// Where (no credentials).
@@ -95,7 +95,7 @@ pub struct Report {
 }
 
 /// `dlock bench`.
-pub fn run(cfg: &BenchConfig) -> u8 {
+pub(crate) fn run(cfg: &BenchConfig) -> u8 {
     report::set_verbosity(cfg.verbosity);
     let name = cfg.target.kind.name();
     if let Err(e) = signals::block() {

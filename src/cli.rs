@@ -8,10 +8,10 @@ use std::time::Duration;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 /// The largest `--limit`.
-pub const MAX_LIMIT: u32 = 256;
+pub(crate) const MAX_LIMIT: u32 = 256;
 
 /// Exit statuses, for `--help` and the man page (SPEC.md, "Exit codes").
-pub const EXIT_STATUS: &[(&str, &str)] = &[
+pub(crate) const EXIT_STATUS: &[(&str, &str)] = &[
     ("child's code", "the command ran and exited with this code"),
     (
         "128+N",
@@ -35,7 +35,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 ];
 
 /// Environment variables dlock reads or sets, for `--help` and the man page.
-pub const ENVIRONMENT: &[(&str, &str)] = &[
+pub(crate) const ENVIRONMENT: &[(&str, &str)] = &[
     ("DLOCK_BACKEND", "default for --backend"),
     (
         "DLOCK_URL",
@@ -61,7 +61,7 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
 ];
 
 /// Examples, for `--help` and the man page.
-pub const EXAMPLES: &[(&str, &str)] = &[
+pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     (
         "dlock run --key nightly-report -- ./report.sh",
         "run report.sh unless another run on this host holds 'nightly-report' (waits for it)",
@@ -110,7 +110,7 @@ fn table(title: &str, rows: &[(&str, &str)]) -> String {
 }
 
 /// The text after `dlock --help`: exit statuses, environment and examples.
-pub fn after_long_help() -> String {
+pub(crate) fn after_long_help() -> String {
     [
         table("Exit status", EXIT_STATUS),
         table("Environment", ENVIRONMENT),
@@ -131,7 +131,7 @@ terminated before anyone else can take the lock, and dlock exits 79.",
     after_long_help = after_long_help(),
     propagate_version = true
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -139,7 +139,7 @@ pub struct Cli {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run COMMAND while holding the lock KEY
     #[command(
         long_about = "Acquire the lock KEY (waiting for it unless --no-wait or --wait), run COMMAND \
@@ -172,7 +172,7 @@ of its own (dlock-bench-HOST-PID-...) and removes them afterwards."
 
 /// `dlock bench`.
 #[derive(Debug, Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     #[command(flatten)]
     pub backend: BackendArgs,
 
@@ -203,7 +203,7 @@ pub struct BenchArgs {
 
 /// Where the lock lives.
 #[derive(Debug, Args)]
-pub struct BackendArgs {
+pub(crate) struct BackendArgs {
     /// Lock backend [default: from the URL's scheme, else file]
     #[arg(short = 'b', long, env = "DLOCK_BACKEND", value_name = "NAME")]
     pub backend: Option<BackendName>,
@@ -224,7 +224,7 @@ pub struct BackendArgs {
 
 /// The backends, as named on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendName {
+pub(crate) enum BackendName {
     /// flock(2) on a lock file on this host
     File,
     /// Redis (single instance, or Redlock with --url given 3, 5, ... times)
@@ -238,7 +238,7 @@ pub enum BackendName {
 
 /// Diagnostics on stderr.
 #[derive(Debug, Args)]
-pub struct OutputArgs {
+pub(crate) struct OutputArgs {
     /// Log acquire, renew and release events with timings
     #[arg(short = 'v', long, action = ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
@@ -250,7 +250,7 @@ pub struct OutputArgs {
 
 /// `dlock run`.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     #[command(flatten)]
     pub backend: BackendArgs,
 
@@ -281,7 +281,7 @@ pub struct RunArgs {
     pub no_wait: bool,
 
     /// Exit code when the lock was not acquired
-    #[arg(short = 'E', long, value_name = "N", default_value_t = 75)]
+    #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::DEFAULT_CONFLICT)]
     pub conflict_exit_code: u8,
 
     /// After SIGTERM to the command, how long before SIGKILL
@@ -304,7 +304,7 @@ pub struct RunArgs {
 
 /// `dlock status`.
 #[derive(Debug, Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub backend: BackendArgs,
 
@@ -322,7 +322,7 @@ pub struct StatusArgs {
 
 /// `dlock break`.
 #[derive(Debug, Args)]
-pub struct BreakArgs {
+pub(crate) struct BreakArgs {
     #[command(flatten)]
     pub backend: BackendArgs,
 
@@ -336,7 +336,7 @@ pub struct BreakArgs {
 
 /// `dlock completions`.
 #[derive(Debug, Args)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell to print a completion script for
     #[arg(value_name = "SHELL")]
     pub shell: clap_complete::Shell,

@@ -44,7 +44,7 @@ impl std::ops::Sub<Duration> for BootInstant {
 
 /// The part of a TTL that is not trusted: 1% of it for clock drift between us and the server,
 /// plus 2 ms for the time a request takes to reach the server (docs/design.md, "The lease").
-pub fn drift_margin(ttl: Duration) -> Duration {
+pub(crate) fn drift_margin(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 

@@ -11,11 +11,11 @@ use crate::cli;
 use crate::exit::Usage;
 
 /// Longest key, in bytes (SPEC.md).
-pub const MAX_KEY_BYTES: usize = 256;
+pub(crate) const MAX_KEY_BYTES: usize = 256;
 /// Shortest `--ttl`: renewing every ttl/3 must leave time for a round trip.
-pub const MIN_TTL: Duration = Duration::from_millis(300);
+pub(crate) const MIN_TTL: Duration = Duration::from_millis(300);
 /// Longest `--ttl` and `--kill-grace`: beyond a week they are typos, and servers cap them anyway.
-pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// A lock's name: 1-256 bytes of UTF-8 without control characters. Backends must map every such
 /// key to a safe name of their own (`/`, `..`, spaces and unicode included).
@@ -56,7 +56,7 @@ impl fmt::Display for Key {
 
 /// The backends dlock knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackendKind {
+pub(crate) enum BackendKind {
     /// flock(2) on a local file.
     File,
     /// Redis, one instance or Redlock.
@@ -69,7 +69,7 @@ pub enum BackendKind {
 
 impl BackendKind {
     /// The name used in messages and in `DLOCK_BACKEND` for the child.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             BackendKind::File => "file",
             BackendKind::Redis => "redis",
@@ -103,7 +103,7 @@ impl From<cli::BackendName> for BackendKind {
 
 /// Which backend, and where. URLs may hold credentials: print them only through [`redact`].
 #[derive(Clone, Debug)]
-pub struct Target {
+pub(crate) struct Target {
     /// The chosen backend.
     pub kind: BackendKind,
     /// The URLs as given (possibly none: the backend's default).
@@ -150,7 +150,7 @@ impl Target {
 
 /// How long to wait for a busy lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wait {
+pub(crate) enum Wait {
     /// Try once (`--no-wait`, or `--wait 0`).
     No,
     /// Wait at most this long.
@@ -161,7 +161,7 @@ pub enum Wait {
 
 /// How chatty dlock is on stderr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Verbosity {
+pub(crate) enum Verbosity {
     /// Errors only (`-q`).
     Quiet,
     /// Errors, warnings and the waiting line on a terminal.
@@ -182,7 +182,7 @@ impl From<&cli::OutputArgs> for Verbosity {
 
 /// A checked `dlock run`.
 #[derive(Clone, Debug)]
-pub struct RunConfig {
+pub(crate) struct RunConfig {
     /// Where the lock lives.
     pub target: Target,
     /// The locks' names, as given (at least one, no repeats).
@@ -205,7 +205,7 @@ pub struct RunConfig {
 
 impl RunConfig {
     /// Validates `dlock run`'s arguments.
-    pub fn from_args(a: cli::RunArgs) -> Result<RunConfig, Usage> {
+    pub(crate) fn from_args(a: cli::RunArgs) -> Result<RunConfig, Usage> {
         if a.ttl < MIN_TTL {
             return Err(Usage(format!(
                 "--ttl {} is too short; the minimum is {}",
@@ -260,7 +260,7 @@ impl RunConfig {
 
 /// How long each `dlock bench` phase runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Amount {
+pub(crate) enum Amount {
     /// For this long.
     For(Duration),
     /// This many acquisitions.
@@ -269,7 +269,7 @@ pub enum Amount {
 
 /// A checked `dlock bench`.
 #[derive(Clone, Debug)]
-pub struct BenchConfig {
+pub(crate) struct BenchConfig {
     /// Where the locks live.
     pub target: Target,
     /// Contending clients in the hand-off phase.
@@ -286,7 +286,7 @@ pub struct BenchConfig {
 
 impl BenchConfig {
     /// Validates `dlock bench`'s arguments.
-    pub fn from_args(a: &cli::BenchArgs) -> Result<BenchConfig, Usage> {
+    pub(crate) fn from_args(a: &cli::BenchArgs) -> Result<BenchConfig, Usage> {
         if a.ttl < MIN_TTL || a.ttl > MAX_DURATION {
             return Err(Usage(format!(
                 "--ttl {} is out of range ({} to {})",
@@ -318,7 +318,7 @@ impl BenchConfig {
 
 /// A checked `dlock status` or `dlock break`.
 #[derive(Clone, Debug)]
-pub struct KeyConfig {
+pub(crate) struct KeyConfig {
     /// Where the lock lives.
     pub target: Target,
     /// The lock's name.
@@ -329,7 +329,7 @@ pub struct KeyConfig {
 
 impl KeyConfig {
     /// Validates the arguments shared by `status` and `break`.
-    pub fn new(
+    pub(crate) fn new(
         backend: &cli::BackendArgs,
         key: &str,
         output: &cli::OutputArgs,
@@ -344,7 +344,7 @@ impl KeyConfig {
 
 /// The URL with any password replaced by `***`, for messages. Works on URLs it cannot parse
 /// too: whatever stands between the first `:` and the last `@` of the authority is hidden.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };

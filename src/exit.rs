@@ -9,17 +9,17 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
 /// Usage error: bad flag, duration, key or URL.
-pub const USAGE: u8 = 2;
+pub(crate) const USAGE: u8 = 2;
 /// The backend was unavailable or failed before the child started (sysexits `EX_UNAVAILABLE`).
-pub const UNAVAILABLE: u8 = 69;
+pub(crate) const UNAVAILABLE: u8 = 69;
 /// Default code for "lock not acquired" (sysexits `EX_TEMPFAIL`); `-E` changes it.
-pub const DEFAULT_CONFLICT: u8 = 75;
+pub(crate) const DEFAULT_CONFLICT: u8 = 75;
 /// The lock was lost while the child ran and the child was terminated.
-pub const LOST: u8 = 79;
+pub(crate) const LOST: u8 = 79;
 /// The command exists but could not be executed.
-pub const NOT_EXECUTABLE: u8 = 126;
+pub(crate) const NOT_EXECUTABLE: u8 = 126;
 /// The command was not found.
-pub const NOT_FOUND: u8 = 127;
+pub(crate) const NOT_FOUND: u8 = 127;
 
 /// A usage error found after clap: a bad key, URL or combination of options.
 #[derive(Debug)]
@@ -34,7 +34,7 @@ impl std::error::Error for Usage {}
 
 /// The lock is held by someone else and the caller did not (or no longer) want to wait.
 #[derive(Debug)]
-pub struct Busy {
+pub(crate) struct Busy {
     /// What the backend knows of the holder, for the message (e.g. "held by host-a pid 42").
     pub holder: Option<String>,
     /// True when a `--wait` deadline ran out, false for a `--no-wait` attempt.
@@ -58,7 +58,7 @@ impl std::error::Error for Busy {}
 
 /// A wait for the lock was interrupted by a signal; nothing is held.
 #[derive(Debug)]
-pub struct Interrupted(pub i32);
+pub(crate) struct Interrupted(pub i32);
 
 impl fmt::Display for Interrupted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -73,7 +73,7 @@ impl std::error::Error for Interrupted {}
 
 /// The backend cannot be reached or failed; wrap the root cause of a connect/acquire failure.
 #[derive(Debug)]
-pub struct Unavailable(pub String);
+pub(crate) struct Unavailable(pub String);
 
 impl fmt::Display for Unavailable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -84,7 +84,7 @@ impl std::error::Error for Unavailable {}
 
 /// The exit code for an error, by the first typed error found in its chain. Untyped errors are
 /// backend failures (69): every I/O path of a backend ends there.
-pub fn code_for(err: &anyhow::Error, conflict_code: u8) -> u8 {
+pub(crate) fn code_for(err: &anyhow::Error, conflict_code: u8) -> u8 {
     for cause in err.chain() {
         if cause.is::<Usage>() {
             return USAGE;
@@ -103,12 +103,12 @@ pub fn code_for(err: &anyhow::Error, conflict_code: u8) -> u8 {
 }
 
 /// 128 + N, as shells report a death by signal N.
-pub fn signal_code(sig: i32) -> u8 {
+pub(crate) fn signal_code(sig: i32) -> u8 {
     (128 + sig).clamp(0, 255) as u8
 }
 
 /// The exit code that reports a child's wait status: its own code, or 128+N for signal N.
-pub fn child_code(status: ExitStatus) -> u8 {
+pub(crate) fn child_code(status: ExitStatus) -> u8 {
     if let Some(code) = status.code() {
         return code as u8;
     }
@@ -116,7 +116,7 @@ pub fn child_code(status: ExitStatus) -> u8 {
 }
 
 /// "SIGTERM" for 15, for messages.
-pub fn signal_name(sig: i32) -> String {
+pub(crate) fn signal_name(sig: i32) -> String {
     let name = match sig {
         libc::SIGHUP => "SIGHUP",
         libc::SIGINT => "SIGINT",

@@ -8,7 +8,7 @@ use roff::{Roff, bold, roman};
 use crate::cli::{self, Cli};
 
 /// Every shell dlock ships a completion script for.
-pub const SHELLS: [Shell; 5] = [
+pub(crate) const SHELLS: [Shell; 5] = [
     Shell::Bash,
     Shell::Zsh,
     Shell::Fish,
@@ -17,7 +17,7 @@ pub const SHELLS: [Shell; 5] = [
 ];
 
 /// The completion script for `shell`.
-pub fn completion(shell: Shell) -> Vec<u8> {
+pub(crate) fn completion(shell: Shell) -> Vec<u8> {
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "dlock", &mut out);
     out
@@ -44,7 +44,7 @@ pub fn all_files() -> Vec<(String, Vec<u8>)> {
 
 /// One man page per (sub)command: `dlock.1`, `dlock-run.1`, ... The main page and `dlock-run.1`
 /// carry EXIT STATUS; the main page also ENVIRONMENT and EXAMPLES.
-pub fn man_pages() -> Vec<(String, Vec<u8>)> {
+pub(crate) fn man_pages() -> Vec<(String, Vec<u8>)> {
     let mut cmd = Cli::command().disable_help_subcommand(true);
     cmd.build();
     let mut pages = vec![page(&cmd, true)];

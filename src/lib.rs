@@ -2,21 +2,43 @@
 //! MySQL/MariaDB, keeps the lease alive in a background thread, and stops the command before the
 //! lock could be held by anyone else when the lease is lost.
 //!
-//! The binary is a thin wrapper around [`app::main`]. The layers, top down: [`cli`] (clap types)
-//! → [`config`] (checked configuration) → [`app`] (the commands) → [`supervise`] (the child),
-//! [`keeper`] (the lease) and [`backend`] (the lock servers). [`exit`] holds the exit-code table.
+//! The binary is a thin wrapper around [`main`]. The layers, top down: `cli` (clap types) →
+//! `config` (checked configuration) → `app` (the commands) → `lockset` (the locks of one run),
+//! `supervise` (the child), `keeper` (the lease) and `backend` (the lock servers); `sys` holds
+//! every system call std does not offer, and is the only module with `unsafe` code. `exit` holds
+//! the exit-code table. docs/design.md describes the design.
+//!
+//! This is not a library for other crates: everything is `pub(crate)` except [`main`] and the
+//! few items the project's own integration tests drive directly ([`internals`]).
 
-pub mod app;
-pub mod backend;
-pub mod bench;
-pub mod cli;
-pub mod clock;
-pub mod config;
-pub mod exit;
-pub mod generate;
-pub mod keeper;
-pub mod lockset;
-pub mod report;
-pub mod signals;
-pub mod supervise;
+mod app;
+mod backend;
+mod bench;
+mod cli;
+mod clock;
+mod config;
+mod exit;
+mod generate;
+mod keeper;
+mod lockset;
+mod report;
+mod signals;
+mod supervise;
 mod sys;
+
+pub use app::main;
+
+/// What the integration tests in `tests/` reach inside for: the supervisor with a lease that
+/// cannot be renewed (`tests/supervisor.rs`), the generated files (`tests/it/generated.rs`) and
+/// MySQL's lock names. Not a stable interface.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::backend::mysql::lock_name as mysql_lock_name;
+    pub use crate::backend::{Lease, RenewError};
+    pub use crate::clock::BootInstant;
+    pub use crate::config::Key;
+    pub use crate::generate::all_files;
+    pub use crate::keeper::{Keeper, deadline_after};
+    pub use crate::signals::block as block_signals;
+    pub use crate::supervise::{Ending, Events, LeaseClock, Reaper, spawn, supervise};
+}

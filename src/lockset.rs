@@ -28,14 +28,14 @@ use crate::report::{self, WaitingLine};
 use crate::signals::Interrupt;
 
 /// The variable a run exports its locks in, for nested runs.
-pub const HELD_ENV: &str = "DLOCK_HELD";
+pub(crate) const HELD_ENV: &str = "DLOCK_HELD";
 
 /// How often an inherited lock checks that the enclosing run is still alive.
 const ANCESTOR_CHECK: Duration = Duration::from_millis(500);
 
 /// One lock a run holds, as exported to its command in [`HELD_ENV`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Claim {
+pub(crate) struct Claim {
     /// Backend name.
     pub backend: String,
     /// [`Backend::location`]: where the lock lives, without credentials.
@@ -57,7 +57,7 @@ pub struct Claim {
 }
 
 /// The claims inherited from enclosing runs; unreadable content is ignored (with `-v`).
-pub fn inherited() -> Vec<Claim> {
+pub(crate) fn inherited() -> Vec<Claim> {
     let Some(text) = std::env::var_os(HELD_ENV) else {
         return Vec::new();
     };
@@ -71,7 +71,7 @@ pub fn inherited() -> Vec<Claim> {
 }
 
 /// What a run asks for.
-pub struct Want<'a> {
+pub(crate) struct Want<'a> {
     /// The keys in canonical order.
     pub keys: Vec<&'a Key>,
     /// The mode for every key.
@@ -87,7 +87,7 @@ pub struct Want<'a> {
 }
 
 /// One held lock of a run.
-pub struct Part {
+pub(crate) struct Part {
     /// Its key.
     pub key: Key,
     /// Its lease (possibly inherited).
@@ -132,7 +132,7 @@ impl Part {
 }
 
 /// The locks of one run, in canonical key order.
-pub struct Held {
+pub(crate) struct Held {
     /// Each key with its lease.
     pub parts: Vec<Part>,
     /// The claims to export to the command (inherited ones plus the ones taken here).
@@ -140,14 +140,14 @@ pub struct Held {
 }
 
 /// `keys` sorted bytewise: the one order every run takes them in.
-pub fn canonical(keys: &[Key]) -> Vec<&Key> {
+pub(crate) fn canonical(keys: &[Key]) -> Vec<&Key> {
     let mut sorted: Vec<&Key> = keys.iter().collect();
     sorted.sort_by(|a, b| a.as_str().as_bytes().cmp(b.as_str().as_bytes()));
     sorted
 }
 
 /// Takes every key (or finds it held by an enclosing run). On error nothing is held.
-pub fn acquire(backend: &dyn Backend, want: &Want<'_>) -> anyhow::Result<Held> {
+pub(crate) fn acquire(backend: &dyn Backend, want: &Want<'_>) -> anyhow::Result<Held> {
     let inherited = inherited();
     let location = backend.location();
     let backend_name = backend.kind().name();
@@ -423,7 +423,7 @@ impl Lease for Inherited {
 
 /// Several leases held as one: renewed together, released together (in reverse order); losing
 /// any is losing all.
-pub struct LeaseSet {
+pub(crate) struct LeaseSet {
     parts: Vec<(Key, Box<dyn Lease>)>,
     /// When each part's lease was last extended (the send time of its acquire or renewal).
     since: Vec<BootInstant>,
@@ -431,7 +431,7 @@ pub struct LeaseSet {
 
 impl LeaseSet {
     /// One lease for several; a single lease is returned as it is, unless it was renewed here.
-    pub fn join(mut parts: Vec<Part>) -> Box<dyn Lease> {
+    pub(crate) fn join(mut parts: Vec<Part>) -> Box<dyn Lease> {
         // A lone lease renewed here (held back) knows only its acquire time: the set keeps the
         // time of the last renewal.
         if parts.len() == 1 && parts[0].since == parts[0].lease.acquired_at() {

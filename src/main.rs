@@ -1,5 +1,5 @@
-//! The `dlock` binary: see the library's [`dlock_cli::app`].
+//! The `dlock` binary: see [`dlock_cli::main`].
 
 fn main() -> std::process::ExitCode {
-    dlock_cli::app::main()
+    dlock_cli::main()
 }

@@ -16,7 +16,7 @@ use crate::config::Verbosity;
 static LEVEL: AtomicU8 = AtomicU8::new(1);
 
 /// Sets the process-wide verbosity.
-pub fn set_verbosity(v: Verbosity) {
+pub(crate) fn set_verbosity(v: Verbosity) {
     LEVEL.store(v as u8, Ordering::Relaxed);
 }
 
@@ -25,27 +25,27 @@ fn level() -> u8 {
 }
 
 /// An event line, shown with `-v` only.
-pub fn verbose(args: Arguments<'_>) {
+pub(crate) fn verbose(args: Arguments<'_>) {
     if level() >= Verbosity::Verbose as u8 {
         eprintln!("dlock: {args}");
     }
 }
 
 /// A warning, hidden by `-q`.
-pub fn warn(args: Arguments<'_>) {
+pub(crate) fn warn(args: Arguments<'_>) {
     if level() >= Verbosity::Normal as u8 {
         eprintln!("dlock: warning: {args}");
     }
 }
 
 /// An error: always shown, one line.
-pub fn error(args: Arguments<'_>) {
+pub(crate) fn error(args: Arguments<'_>) {
     let line = args.to_string().replace('\n', " ");
     eprintln!("dlock: {line}");
 }
 
 /// Whole seconds or milliseconds, for humans.
-pub fn short_duration(d: Duration) -> String {
+pub(crate) fn short_duration(d: Duration) -> String {
     if d >= Duration::from_secs(60) {
         let s = d.as_secs();
         if s >= 3600 {
@@ -62,7 +62,7 @@ pub fn short_duration(d: Duration) -> String {
 
 /// The updating "waiting for" line: shown after about a second of waiting, only when stderr is
 /// a terminal and not `-q`, redrawn every second, erased when dropped.
-pub struct WaitingLine {
+pub(crate) struct WaitingLine {
     holder: Arc<Mutex<Option<Holder>>>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: Option<JoinHandle<()>>,
@@ -70,7 +70,7 @@ pub struct WaitingLine {
 
 impl WaitingLine {
     /// Starts the line for `key` (it appears only after a second).
-    pub fn start(key: &str) -> WaitingLine {
+    pub(crate) fn start(key: &str) -> WaitingLine {
         let holder = Arc::new(Mutex::new(None::<Holder>));
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let thread =
@@ -86,7 +86,7 @@ impl WaitingLine {
     }
 
     /// Records who holds the lock, for the next redraw. Called from the waiting thread.
-    pub fn holder(&self, h: &Holder) {
+    pub(crate) fn holder(&self, h: &Holder) {
         *self.holder.lock().unwrap_or_else(|e| e.into_inner()) = Some(h.clone());
     }
 }
@@ -133,7 +133,7 @@ fn draw(key: &str, holder: &Mutex<Option<Holder>>, stop: &(Mutex<bool>, Condvar)
 }
 
 /// `dlock status` for humans.
-pub fn status_text(s: &Status) -> String {
+pub(crate) fn status_text(s: &Status) -> String {
     let mut out = format!("{} on {} ({})\n", s.key, s.backend, s.location);
     if !s.held {
         out.push_str("  free\n");
@@ -196,7 +196,7 @@ pub fn status_text(s: &Status) -> String {
 }
 
 /// `dlock break`'s report of what it removed.
-pub fn broke_text(s: &Status) -> String {
+pub(crate) fn broke_text(s: &Status) -> String {
     if !s.held {
         return format!(
             "'{}' on {} was not held; nothing removed\n",

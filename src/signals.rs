@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::sys::{self, SigSet, Thread};
 
 /// The signals dlock forwards to the child and turns into exit 128+N.
-pub const FORWARDED: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+pub(crate) const FORWARDED: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 /// Sent to a thread blocked in [`wait`] to wake it: by the keeper to the main thread when it has
 /// queued an event, and to the watcher thread to stop it.
 const WAKE: i32 = libc::SIGUSR1;
@@ -34,7 +34,7 @@ pub struct Received {
 
 /// What [`wait`] returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Woken {
+pub(crate) enum Woken {
     /// A forwarded signal.
     Signal(Received),
     /// SIGCHLD: some child changed state.
@@ -72,12 +72,12 @@ pub fn block() -> io::Result<()> {
 }
 
 /// Waits up to `timeout` on the main thread for a forwarded signal, SIGCHLD or a wake-up.
-pub fn wait(timeout: Duration) -> Woken {
+pub(crate) fn wait(timeout: Duration) -> Woken {
     take(&MAIN_SET, timeout)
 }
 
 /// Takes a forwarded signal that is already pending, without waiting (SIGCHLD stays pending).
-pub fn pending() -> Option<Received> {
+pub(crate) fn pending() -> Option<Received> {
     match take(&WATCHER_SET, Duration::ZERO) {
         Woken::Signal(r) => Some(r),
         _ => None,
@@ -96,7 +96,7 @@ fn take(signals: &[i32], timeout: Duration) -> Woken {
 }
 
 /// Wakes the main thread from [`wait`] (after queueing an event for it).
-pub fn wake_main() {
+pub(crate) fn wake_main() {
     // The main thread lives as long as the process.
     if let Some(&t) = MAIN_THREAD.get() {
         t.signal(WAKE);
@@ -110,7 +110,7 @@ type Waker = Box<dyn Fn() + Send>;
 /// it (a signal to the waiting thread, a socket shutdown, ...) and then checks
 /// [`Interrupt::fired`].
 #[derive(Default)]
-pub struct Interrupt {
+pub(crate) struct Interrupt {
     /// What the watcher thread shares: it fires the interrupt when a signal arrives.
     state: std::sync::Arc<State>,
     next_id: AtomicU64,
@@ -168,12 +168,12 @@ impl Watcher {
 
 impl Interrupt {
     /// A new, unfired interrupt.
-    pub fn new() -> std::sync::Arc<Interrupt> {
+    pub(crate) fn new() -> std::sync::Arc<Interrupt> {
         std::sync::Arc::new(Interrupt::default())
     }
 
     /// The signal that fired it, if any.
-    pub fn fired(&self) -> Option<i32> {
+    pub(crate) fn fired(&self) -> Option<i32> {
         match self.state.signal.load(Ordering::SeqCst) {
             0 => None,
             s => Some(s),
@@ -181,7 +181,7 @@ impl Interrupt {
     }
 
     /// Fires (the first signal is kept) and runs every registered waker.
-    pub fn fire(&self, signal: i32) {
+    pub(crate) fn fire(&self, signal: i32) {
         self.state.fire(signal);
     }
 
@@ -191,7 +191,7 @@ impl Interrupt {
     /// is seen there, a fire after it runs `wake`. (`wake` is never run here, on the caller's
     /// thread: a waker that pokes until the caller leaves its blocking call would wait for
     /// itself.)
-    pub fn on_fire(&self, wake: impl Fn() + Send + 'static) -> io::Result<WakerGuard<'_>> {
+    pub(crate) fn on_fire(&self, wake: impl Fn() + Send + 'static) -> io::Result<WakerGuard<'_>> {
         if let Some(r) = pending() {
             self.fire(r.signal);
         }
@@ -209,7 +209,7 @@ impl Interrupt {
     }
 
     /// Sleeps for `d`, or until this interrupt fires (a signal arriving meanwhile fires it).
-    pub fn nap(&self, d: Duration) -> io::Result<()> {
+    pub(crate) fn nap(&self, d: Duration) -> io::Result<()> {
         use std::sync::{Arc, Condvar};
         let pair = Arc::new((Mutex::new(false), Condvar::new()));
         let waker = pair.clone();
@@ -266,23 +266,23 @@ impl Interrupt {
 /// a poke that lands just before the call starts is lost, so [`Interrupt::on_fire`] gets a waker
 /// that repeats `poke` every 10 ms (for at most 5 s) until the waiter calls [`Blocked::done`].
 #[derive(Clone)]
-pub struct Blocked(std::sync::Arc<std::sync::atomic::AtomicBool>);
+pub(crate) struct Blocked(std::sync::Arc<std::sync::atomic::AtomicBool>);
 
 impl Blocked {
     /// A waiter about to block.
-    pub fn new() -> Blocked {
+    pub(crate) fn new() -> Blocked {
         Blocked(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
             true,
         )))
     }
 
     /// The waiter is out of its blocking call: stop poking. Call before dropping the guard.
-    pub fn done(&self) {
+    pub(crate) fn done(&self) {
         self.0.store(false, Ordering::SeqCst);
     }
 
     /// A waker that pokes until [`Blocked::done`].
-    pub fn waker(&self, poke: impl Fn() + Send + 'static) -> impl Fn() + Send + 'static {
+    pub(crate) fn waker(&self, poke: impl Fn() + Send + 'static) -> impl Fn() + Send + 'static {
         let blocked = self.clone();
         move || {
             for _ in 0..500 {
@@ -303,7 +303,7 @@ impl Default for Blocked {
 }
 
 /// Unregisters a waker on drop; the last one stops the watcher thread.
-pub struct WakerGuard<'a> {
+pub(crate) struct WakerGuard<'a> {
     interrupt: &'a Interrupt,
     id: u64,
 }

@@ -73,7 +73,7 @@ impl Ending {
 }
 
 /// Makes this process the reaper of every orphan below it. Call once, before spawning.
-pub fn become_subreaper() {
+pub(crate) fn become_subreaper() {
     crate::sys::become_subreaper();
 }
 

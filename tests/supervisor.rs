@@ -1,4 +1,4 @@
-//! SPEC rule 2 at the supervisor: when renewals keep failing, the command gets SIGTERM at
+//! Lifetime rule 2 (docs/design.md) at the supervisor: when renewals keep failing, the command gets SIGTERM at
 //! `deadline - grace` and is SIGKILLed by the deadline, measured from the acquisition's send time.
 //! The file backend's lease never expires and server backends test this against real servers;
 //! here a lease whose every renewal fails drives the real supervisor and a real child.
@@ -10,10 +10,10 @@ use std::ffi::OsString;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use dlock_cli::backend::{Lease, RenewError};
-use dlock_cli::clock::BootInstant;
-use dlock_cli::keeper::{Keeper, deadline_after};
-use dlock_cli::supervise::{self, Ending, Events, LeaseClock, Reaper};
+use dlock_cli::internals::{
+    BootInstant, Ending, Events, Keeper, Lease, LeaseClock, Reaper, RenewError, deadline_after,
+    spawn, supervise,
+};
 
 /// A lease whose server never answers.
 struct Unreachable {
@@ -50,12 +50,12 @@ fn run_unrenewable(reaper: &std::sync::Arc<Reaper>, script: &str) -> (Ending, Du
         Events(tx.clone()),
     );
     let cmd: Vec<OsString> = ["sh", "-c", script].map(OsString::from).to_vec();
-    let child = supervise::spawn(&cmd, &[], reaper, &tx).expect("spawn sh");
+    let child = spawn(&cmd, &[], reaper, &tx).expect("spawn sh");
     let clock = LeaseClock {
         deadline: Some(deadline_after(acquired_at, ttl)),
         loss_grace: Duration::from_millis(300),
     };
-    let ending = supervise::supervise(&child, &rx, &mut keeper, clock, Duration::from_secs(5));
+    let ending = supervise(&child, &rx, &mut keeper, clock, Duration::from_secs(5));
     let took = started.elapsed();
     keeper.release().unwrap();
     (ending, took)
@@ -70,7 +70,7 @@ fn check(name: &str, ok: bool, detail: String, failed: &mut u32) {
 }
 
 fn main() {
-    dlock_cli::signals::block().unwrap();
+    dlock_cli::internals::block_signals().unwrap();
     let reaper = Reaper::new();
     let mut failed = 0;
 

@@ -6,11 +6,11 @@
 //! ([`Busy`](crate::exit::Busy), [`Interrupted`](crate::exit::Interrupted)). A lease is then owned
 //! by the keeper thread, which renews it and reports its loss.
 
-pub mod file;
-pub mod mysql;
-pub mod redis;
-pub mod redlock;
-pub mod zookeeper;
+pub(crate) mod file;
+pub(crate) mod mysql;
+pub(crate) mod redis;
+pub(crate) mod redlock;
+pub(crate) mod zookeeper;
 
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use crate::signals::Interrupt;
 
 /// When to stop waiting for a busy lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Deadline {
+pub(crate) enum Deadline {
     /// Try once.
     Now,
     /// Wait until this instant.
@@ -34,7 +34,7 @@ pub enum Deadline {
 
 impl Deadline {
     /// Time left, `None` for [`Deadline::Never`].
-    pub fn remaining(self) -> Option<Duration> {
+    pub(crate) fn remaining(self) -> Option<Duration> {
         match self {
             Deadline::Now => Some(Duration::ZERO),
             Deadline::At(t) => Some(t.saturating_duration_since(Instant::now())),
@@ -47,7 +47,7 @@ impl Deadline {
 /// is the writer), or up to N holders of a semaphore. `--limit 1` is [`Mode::Exclusive`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Mode {
+pub(crate) enum Mode {
     /// One holder; waits for every shared holder, and new shared holders wait for it.
     Exclusive,
     /// Many shared holders at once, none while an exclusive holder holds or waits.
@@ -58,7 +58,7 @@ pub enum Mode {
 
 impl Mode {
     /// "exclusive", "shared" or "limit".
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Mode::Exclusive => "exclusive",
             Mode::Shared => "shared",
@@ -67,7 +67,7 @@ impl Mode {
     }
 
     /// The semaphore's size, `None` for the other modes.
-    pub fn limit(self) -> Option<u32> {
+    pub(crate) fn limit(self) -> Option<u32> {
         match self {
             Mode::Limit(n) => Some(n),
             _ => None,
@@ -75,7 +75,7 @@ impl Mode {
     }
 
     /// How the mode reads in messages: "exclusive", "shared", "--limit 3".
-    pub fn describe(self) -> String {
+    pub(crate) fn describe(self) -> String {
         match self {
             Mode::Limit(n) => format!("--limit {n}"),
             m => m.name().to_string(),
@@ -85,14 +85,14 @@ impl Mode {
     /// Whether a holder in this mode may let a nested run use the lock as `want`: an exclusive
     /// holder covers everything, a shared one covers shared, a semaphore slot covers a slot of
     /// the same semaphore.
-    pub fn covers(self, want: Mode) -> bool {
+    pub(crate) fn covers(self, want: Mode) -> bool {
         self == Mode::Exclusive || self == want
     }
 }
 
 /// Holders of one key that disagree on the mode (`--limit 3` against `--limit 5`, or a
 /// semaphore against an exclusive lock): reported, never mixed. Exit 2.
-pub fn mode_mismatch(key: &Key, want: Mode, theirs: &str) -> anyhow::Error {
+pub(crate) fn mode_mismatch(key: &Key, want: Mode, theirs: &str) -> anyhow::Error {
     crate::exit::Usage(format!(
         "'{key}' is held as {theirs}, but this run asked for {}; every user of a key must use the same mode and --limit",
         want.describe()
@@ -103,7 +103,7 @@ pub fn mode_mismatch(key: &Key, want: Mode, theirs: &str) -> anyhow::Error {
 /// Who holds (or held) a lock, as far as a backend knows. Stored beside the lock on acquisition
 /// (docs/design.md, "Holder records") and read back by `status` and by waiters.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct Holder {
+pub(crate) struct Holder {
     /// Host name of the holder.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
@@ -134,7 +134,7 @@ pub struct Holder {
 
 impl Holder {
     /// This process, about to run `command`.
-    pub fn this_process(command: &[std::ffi::OsString]) -> Holder {
+    pub(crate) fn this_process(command: &[std::ffi::OsString]) -> Holder {
         let since_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
@@ -154,7 +154,7 @@ impl Holder {
     }
 
     /// "host-a pid 4242" (or what is known of it), for messages.
-    pub fn short(&self) -> String {
+    pub(crate) fn short(&self) -> String {
         match (&self.host, self.pid) {
             (Some(h), Some(p)) => format!("{h} pid {p}"),
             (Some(h), None) => h.clone(),
@@ -164,7 +164,7 @@ impl Holder {
     }
 
     /// How long it has held the lock, if known.
-    pub fn held_for(&self) -> Option<Duration> {
+    pub(crate) fn held_for(&self) -> Option<Duration> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .ok()?;
@@ -174,7 +174,7 @@ impl Holder {
 
 /// What `dlock status` reports, and what `dlock break` removed.
 #[derive(Clone, Debug, Serialize)]
-pub struct Status {
+pub(crate) struct Status {
     /// The key asked about.
     pub key: String,
     /// The backend's name.
@@ -204,7 +204,7 @@ pub struct Status {
 
 impl Status {
     /// Nobody holds `key` (and nothing else is known yet): backends fill in what they learn.
-    pub fn new(key: &Key, backend: BackendKind, location: String) -> Status {
+    pub(crate) fn new(key: &Key, backend: BackendKind, location: String) -> Status {
         Status {
             key: key.to_string(),
             backend: backend.name(),
@@ -222,7 +222,7 @@ impl Status {
 
 impl Status {
     /// Fills in `mode` and `limit` from the holders' metadata, where the backend did not.
-    pub fn with_mode(mut self) -> Status {
+    pub(crate) fn with_mode(mut self) -> Status {
         if self.held && self.mode.is_none() {
             let mode = self
                 .holders
@@ -237,7 +237,7 @@ impl Status {
 }
 
 /// One acquisition request.
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     /// The lock.
     pub key: &'a Key,
     /// Exclusive, shared or a semaphore slot; only modes the backend [supports](Backend::unsupported).
@@ -258,12 +258,12 @@ pub struct Request<'a> {
 
 impl Request<'_> {
     /// Whether the wait is over: a `--no-wait` try, or a `--wait` that ran out.
-    pub fn waited_out(&self) -> bool {
+    pub(crate) fn waited_out(&self) -> bool {
         self.deadline.remaining().is_some_and(|d| d.is_zero())
     }
 
     /// The error for a lock still busy when the wait is over, naming the holder if known.
-    pub fn busy(&self, holder: Option<&Holder>) -> anyhow::Error {
+    pub(crate) fn busy(&self, holder: Option<&Holder>) -> anyhow::Error {
         let waited = self.deadline != Deadline::Now;
         Busy {
             holder: holder.map(Holder::short),
@@ -295,7 +295,7 @@ pub(crate) fn hold_back_until(uptime_s: u64, ttl: Duration) -> Option<BootInstan
 
 /// A lock backend. Implementations are used from the main thread only; a held lock lives on as a
 /// [`Lease`] on the keeper thread.
-pub trait Backend {
+pub(crate) trait Backend {
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
 
@@ -395,10 +395,10 @@ pub trait Lease: Send {
 }
 
 /// Told why a lease was lost; see [`Lease::watch_loss`].
-pub type LossNotifier = Box<dyn Fn(String) + Send + Sync>;
+pub(crate) type LossNotifier = Box<dyn Fn(String) + Send + Sync>;
 
 /// Opens the backend a target names. Parses the backend's URL: a bad one is a [`Usage`](crate::exit::Usage) error.
-pub fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
+pub(crate) fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
     match target.kind {
         BackendKind::File => Ok(Box::new(file::FileBackend::open(&target.urls)?)),
         BackendKind::Redis if target.urls.len() > 1 => {
@@ -413,7 +413,7 @@ pub fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
 /// A key as one path segment (a file name, a znode name): bytes outside `[A-Za-z0-9_.-]` become
 /// `%XX`, and so does a leading dot, so no name is hidden, `.` or `..`. Distinct keys get distinct
 /// segments, and `%` never stands for itself.
-pub fn escape_key(key: &Key) -> String {
+pub(crate) fn escape_key(key: &Key) -> String {
     let mut name = String::new();
     for (i, &b) in key.as_str().as_bytes().iter().enumerate() {
         if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0) {
@@ -426,7 +426,7 @@ pub fn escape_key(key: &Key) -> String {
 }
 
 /// Decodes `%XX` escapes (as in a URL's path or credentials); `None` for a malformed escape.
-pub fn percent_decode(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn percent_decode(s: &str) -> Option<Vec<u8>> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -444,7 +444,7 @@ pub fn percent_decode(s: &str) -> Option<Vec<u8>> {
 }
 
 /// This host's name, or "localhost" if it has none.
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     crate::sys::hostname()
 }
 

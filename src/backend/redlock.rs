@@ -25,7 +25,7 @@ const NO_FENCING: &str = "Redlock hands out no fencing token: independent master
 on a number that only grows, so DLOCK_FENCING_TOKEN is unset";
 
 /// Locks on a quorum of independent Redis masters.
-pub struct Redlock {
+pub(crate) struct Redlock {
     nodes: Vec<Node>,
 }
 
@@ -75,8 +75,8 @@ fn parallel<T: Send>(
 
 impl Redlock {
     /// Three, five, ... URLs.
-    pub fn open(urls: &[String]) -> anyhow::Result<Redlock> {
-        if urls.len() < 3 || urls.len() % 2 == 0 {
+    pub(crate) fn open(urls: &[String]) -> anyhow::Result<Redlock> {
+        if urls.len() < 3 || urls.len().is_multiple_of(2) {
             return Err(Usage(format!(
                 "Redlock needs an odd number of --url, at least 3 (got {})",
                 urls.len()

@@ -6,12 +6,15 @@ use std::time::Duration;
 use crate::util::*;
 
 /// The words that name the benchmark's keys (`dlock-bench-HOST-PID-{solo,shared}`).
-pub const KEY_WORD: &str = "dlock-bench-";
+pub(crate) const KEY_WORD: &str = "dlock-bench-";
 
 /// A short run measures both phases, prints sane JSON and leaves nothing behind; the table
 /// form prints the two phases and a verdict; Ctrl-C in the hand-off phase exits 130 and
 /// leaves nothing behind either.
-pub fn measures_and_leaves_nothing_behind(b: &TestBackend, leftovers: &dyn Fn() -> Vec<String>) {
+pub(crate) fn measures_and_leaves_nothing_behind(
+    b: &TestBackend,
+    leftovers: &dyn Fn() -> Vec<String>,
+) {
     let out = run_ok(
         b.cmd("bench")
             .args(["--ops", "40", "--clients", "4", "--json"]),
@@ -77,7 +80,7 @@ pub fn measures_and_leaves_nothing_behind(b: &TestBackend, leftovers: &dyn Fn() 
 }
 
 /// Keys of the benchmark on the Redis server at `url`.
-pub fn redis_leftovers(url: &str) -> Vec<String> {
+pub(crate) fn redis_leftovers(url: &str) -> Vec<String> {
     let out = std::process::Command::new("redis-cli")
         .args(["-u", url, "--scan", "--pattern", &format!("*{KEY_WORD}*")])
         .output()

@@ -45,7 +45,7 @@ fn marker(dir: &std::path::Path, name: &str) -> String {
     dir.join(name).display().to_string()
 }
 
-pub fn exit_code_is_the_commands(b: &TestBackend) {
+pub(crate) fn exit_code_is_the_commands(b: &TestBackend) {
     let key = unique_key("exit-code");
     run_code(&mut b.run(&key, &[], &sh("exit 0")), 0);
     run_code(&mut b.run(&key, &[], &sh("exit 3")), 3);
@@ -61,7 +61,7 @@ pub fn exit_code_is_the_commands(b: &TestBackend) {
     assert!(b.is_free(&key), "the lock is free as soon as dlock returns");
 }
 
-pub fn child_sees_key_backend_and_token(b: &TestBackend) {
+pub(crate) fn child_sees_key_backend_and_token(b: &TestBackend) {
     let key = format!("{} with spaces/and ünïcode", unique_key("env"));
     // A token inherited from an enclosing run is replaced, or removed where there is none.
     let out = run_ok(
@@ -91,7 +91,7 @@ pub fn child_sees_key_backend_and_token(b: &TestBackend) {
     assert!(second > first, "tokens grow: {first} then {second}");
 }
 
-pub fn unrunnable_command_is_126_or_127_and_frees_the_lock(b: &TestBackend) {
+pub(crate) fn unrunnable_command_is_126_or_127_and_frees_the_lock(b: &TestBackend) {
     let key = unique_key("unrunnable");
     let out = run_code(
         &mut b.run(&key, &[], &["/nonexistent/dlock-test-command"]),
@@ -119,7 +119,7 @@ pub fn unrunnable_command_is_126_or_127_and_frees_the_lock(b: &TestBackend) {
     assert!(b.is_free(&key));
 }
 
-pub fn no_wait_gives_the_conflict_code(b: &TestBackend) {
+pub(crate) fn no_wait_gives_the_conflict_code(b: &TestBackend) {
     let key = unique_key("no-wait");
     let dir = scratch("no-wait");
     let mut h = b.holding(&key, &[], std::path::Path::new(&marker(&dir, "held")));
@@ -139,7 +139,7 @@ pub fn no_wait_gives_the_conflict_code(b: &TestBackend) {
     assert!(b.is_free(&key));
 }
 
-pub fn wait_gives_up_after_its_duration(b: &TestBackend) {
+pub(crate) fn wait_gives_up_after_its_duration(b: &TestBackend) {
     let key = unique_key("wait-timeout");
     let dir = scratch("wait-timeout");
     let _h = b.holding(&key, &[], std::path::Path::new(&marker(&dir, "held")));
@@ -154,7 +154,7 @@ pub fn wait_gives_up_after_its_duration(b: &TestBackend) {
     assert!(took < Duration::from_millis(1700), "gave up late: {took:?}");
 }
 
-pub fn waiter_runs_as_soon_as_the_holder_releases(b: &TestBackend) {
+pub(crate) fn waiter_runs_as_soon_as_the_holder_releases(b: &TestBackend) {
     let key = unique_key("hand-off");
     let dir = scratch("hand-off");
     let mut h = b.holding(&key, &[], std::path::Path::new(&marker(&dir, "held")));
@@ -182,7 +182,7 @@ pub fn waiter_runs_as_soon_as_the_holder_releases(b: &TestBackend) {
     );
 }
 
-pub fn stdin_reaches_the_command(b: &TestBackend) {
+pub(crate) fn stdin_reaches_the_command(b: &TestBackend) {
     let key = unique_key("stdin");
     let mut child = b
         .run(&key, &[], &["cat"])
@@ -202,7 +202,7 @@ pub fn stdin_reaches_the_command(b: &TestBackend) {
     assert_eq!(out.stdout, b"line one\nline two\n");
 }
 
-pub fn mutual_exclusion_and_growing_tokens(b: &TestBackend) {
+pub(crate) fn mutual_exclusion_and_growing_tokens(b: &TestBackend) {
     const PROCS: usize = 6;
     const ROUNDS: usize = 30;
     let key = unique_key("exclusion");
@@ -246,7 +246,7 @@ pub fn mutual_exclusion_and_growing_tokens(b: &TestBackend) {
     );
 }
 
-pub fn each_signal_reaches_the_command_and_frees_the_lock(b: &TestBackend) {
+pub(crate) fn each_signal_reaches_the_command_and_frees_the_lock(b: &TestBackend) {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         let key = unique_key("signal");
         let dir = scratch("signal");
@@ -287,7 +287,7 @@ pub fn each_signal_reaches_the_command_and_frees_the_lock(b: &TestBackend) {
     }
 }
 
-pub fn kill_grace_escalates_to_sigkill(b: &TestBackend) {
+pub(crate) fn kill_grace_escalates_to_sigkill(b: &TestBackend) {
     let key = unique_key("grace");
     let dir = scratch("grace");
     let m = marker(&dir, "started");
@@ -315,7 +315,7 @@ pub fn kill_grace_escalates_to_sigkill(b: &TestBackend) {
     assert!(b.is_free(&key));
 }
 
-pub fn kill_9_of_dlock_kills_the_command_and_frees_the_lock(b: &TestBackend) {
+pub(crate) fn kill_9_of_dlock_kills_the_command_and_frees_the_lock(b: &TestBackend) {
     let key = unique_key("kill9");
     let dir = scratch("kill9");
     let m = marker(&dir, "pid");
@@ -341,7 +341,7 @@ pub fn kill_9_of_dlock_kills_the_command_and_frees_the_lock(b: &TestBackend) {
     );
 }
 
-pub fn status_reports_the_holder(b: &TestBackend) {
+pub(crate) fn status_reports_the_holder(b: &TestBackend) {
     let key = unique_key("status");
     let dir = scratch("status");
     let m = marker(&dir, "held");
@@ -375,7 +375,7 @@ pub fn status_reports_the_holder(b: &TestBackend) {
     assert_eq!(s["holders"].as_array().unwrap().len(), 0, "{s}");
 }
 
-pub fn break_stops_the_holder_with_79(b: &TestBackend) {
+pub(crate) fn break_stops_the_holder_with_79(b: &TestBackend) {
     let key = unique_key("break");
     let dir = scratch("break");
     let m = marker(&dir, "pid");
@@ -410,7 +410,7 @@ pub fn break_stops_the_holder_with_79(b: &TestBackend) {
     assert!(b.is_free(&key));
 }
 
-pub fn interrupt_while_waiting_leaves_nothing_behind(b: &TestBackend) {
+pub(crate) fn interrupt_while_waiting_leaves_nothing_behind(b: &TestBackend) {
     let key = unique_key("interrupt-wait");
     let dir = scratch("interrupt-wait");
     let mut h = b.holding(&key, &[], std::path::Path::new(&marker(&dir, "held")));
@@ -434,7 +434,7 @@ pub fn interrupt_while_waiting_leaves_nothing_behind(b: &TestBackend) {
 /// `pause(false)` resumes, with `b.ttl` = 1500 ms: the server stops answering for longer than
 /// the TTL, and the command must be gone before the lease could have run out on the server;
 /// dlock exits 79 at once, without waiting for a renewal stuck on the dead server.
-pub fn paused_server_stops_the_command_in_time(b: &TestBackend, pause: impl Fn(bool)) {
+pub(crate) fn paused_server_stops_the_command_in_time(b: &TestBackend, pause: impl Fn(bool)) {
     assert_eq!(b.ttl, Duration::from_millis(1500));
     let key = unique_key("paused");
     // The grace is clamped to ttl/3 (500 ms), so SIGTERM comes 500 ms before the deadline.
@@ -469,7 +469,7 @@ pub fn paused_server_stops_the_command_in_time(b: &TestBackend, pause: impl Fn(b
 }
 
 /// Waits until the backend reports at least `n` waiters on `key`.
-pub fn wait_until_waiting(b: &TestBackend, key: &str, n: u64) {
+pub(crate) fn wait_until_waiting(b: &TestBackend, key: &str, n: u64) {
     wait_until(Duration::from_secs(10), "the waiter to be queued", || {
         b.status(key)["waiters"].as_u64().is_some_and(|w| w >= n)
     });

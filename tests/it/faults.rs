@@ -70,7 +70,7 @@ rm -f "$m"
 "#;
 
 /// Looping `dlock run --wait 60s` on one key, each in its own thread.
-pub struct Workload {
+pub(crate) struct Workload {
     pub dir: PathBuf,
     pub key: String,
     fencing: bool,
@@ -79,7 +79,7 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn start(b: &TestBackend, name: &str, workers: usize, inside: &str) -> Workload {
+    pub(crate) fn start(b: &TestBackend, name: &str, workers: usize, inside: &str) -> Workload {
         let dir = scratch(name);
         let key = unique_key(name);
         let stop = Arc::new(AtomicBool::new(false));
@@ -114,7 +114,7 @@ impl Workload {
     }
 
     /// (token, pid) of every command that entered, in the order they entered.
-    pub fn entries(&self) -> Vec<(u64, i32)> {
+    pub(crate) fn entries(&self) -> Vec<(u64, i32)> {
         std::fs::read_to_string(self.dir.join("log"))
             .unwrap_or_default()
             .lines()
@@ -127,7 +127,7 @@ impl Workload {
 
     /// Waits until `n` commands have entered in all.
     #[track_caller]
-    pub fn wait_entries(&self, n: usize, limit: Duration) {
+    pub(crate) fn wait_entries(&self, n: usize, limit: Duration) {
         wait_until(limit, &format!("{n} entries of the workload"), || {
             self.entries().len() >= n
         });
@@ -135,12 +135,12 @@ impl Workload {
 
     /// Waits until `more` commands have entered after now: the workload goes on.
     #[track_caller]
-    pub fn goes_on(&self, more: usize, limit: Duration) {
+    pub(crate) fn goes_on(&self, more: usize, limit: Duration) {
         self.wait_entries(self.entries().len() + more, limit);
     }
 
     /// The command inside right now and its dlock, once there is one.
-    pub fn holder(&self) -> (i32, i32) {
+    pub(crate) fn holder(&self) -> (i32, i32) {
         let mut found = None;
         wait_until(Duration::from_secs(20), "a command inside", || {
             found = std::fs::read_dir(&self.dir).unwrap().find_map(|e| {
@@ -156,7 +156,7 @@ impl Workload {
     /// Stops the loops, and checks the whole run: no overlap (but between the pairs that
     /// `allowed` accepts), tokens growing in the order of entry. Returns every run's exit code.
     #[track_caller]
-    pub fn finish(self, allowed: impl Fn(i32, i32) -> bool) -> Vec<Option<i32>> {
+    pub(crate) fn finish(self, allowed: impl Fn(i32, i32) -> bool) -> Vec<Option<i32>> {
         self.stop.store(true, Ordering::SeqCst);
         let codes: Vec<Option<i32>> = self
             .threads
@@ -209,7 +209,7 @@ fn codes_are(codes: &[Option<i32>], ok: &[Option<i32>]) {
 
 /// `kill -9` of the holder's dlock: its command dies with it (PDEATHSIG), the lock frees itself
 /// (fd, TTL, session, connection) and passes on; nobody enters while the command lives.
-pub fn holder_killed_with_sigkill(b: &TestBackend) {
+pub(crate) fn holder_killed_with_sigkill(b: &TestBackend) {
     let w = Workload::start(b, "fault-kill9", 3, "1");
     for _ in 0..2 {
         let (child, dlock) = w.holder();
@@ -230,7 +230,7 @@ pub fn holder_killed_with_sigkill(b: &TestBackend) {
 /// `dlock break` of a live holder: the operator says the holder is gone, so the next waiter may
 /// enter at once; the broken holder's command is stopped within the notice time and exits 79,
 /// and its token is lower than the next one's. That pair is the only overlap allowed.
-pub fn operator_breaks_the_lock(b: &TestBackend) {
+pub(crate) fn operator_breaks_the_lock(b: &TestBackend) {
     let w = Workload::start(b, "fault-break", 3, "2");
     let mut broken = Vec::new();
     for _ in 0..2 {
@@ -265,7 +265,7 @@ pub fn operator_breaks_the_lock(b: &TestBackend) {
 
 /// Ctrl-C to waiters queued behind the workload: they stop waiting (130) at once, never run,
 /// and leave nothing behind; the workload goes on.
-pub fn ctrl_c_while_waiting(b: &TestBackend) {
+pub(crate) fn ctrl_c_while_waiting(b: &TestBackend) {
     let dir = scratch("fault-ctrl-c");
     let w = Workload::start(b, "fault-ctrl-c", 2, "0.05");
     // A holder of our own, so that the waiters are surely waiting when the signal comes.
@@ -304,7 +304,7 @@ pub fn ctrl_c_while_waiting(b: &TestBackend) {
 /// resumes, so what protects the resource is the fencing token: the stale command's is lower
 /// than the new holder's. The file backend has no lease: a paused process still holds its flock,
 /// so the waiter waits for it, and nothing is lost.
-pub fn holder_process_group_paused_longer_than_the_ttl(b: &TestBackend) {
+pub(crate) fn holder_process_group_paused_longer_than_the_ttl(b: &TestBackend) {
     let key = unique_key("fault-pause");
     let dir = scratch("fault-pause");
     let writes = dir.join("writes");
@@ -411,7 +411,7 @@ fn token(marker: &str) -> u64 {
 /// The server stops answering (SIGSTOP) for twice the TTL while the workload runs: holders that
 /// cannot renew stop their commands in time (79), waiters may give up (69); nobody overlaps,
 /// and the workload goes on once the server is back.
-pub fn server_paused(b: &TestBackend, pause: &dyn Fn(bool)) {
+pub(crate) fn server_paused(b: &TestBackend, pause: &dyn Fn(bool)) {
     let w = Workload::start(b, "fault-server-pause", 3, "1");
     w.wait_entries(3, Duration::from_secs(20));
     pause(true);
@@ -430,7 +430,7 @@ pub fn server_paused(b: &TestBackend, pause: &dyn Fn(bool)) {
 /// holder from before it stays inside until its first renewal fails (ttl/3 = 1.3 s), while the
 /// waiters are back within a few hundred milliseconds. A server that forgot the lock would let
 /// one in at once; it must hold the lock back until the old holder must be gone.
-pub fn server_killed_and_restarted(b: &TestBackend, restart: &mut dyn FnMut()) {
+pub(crate) fn server_killed_and_restarted(b: &TestBackend, restart: &mut dyn FnMut()) {
     let b = TestBackend {
         ttl: Duration::from_secs(4),
         ..b.clone()

@@ -118,6 +118,7 @@ fn default_directory_is_per_user_and_private() {
     let key = unique_key("default-dir");
     let out = run_ok(dlock().args(["run", "-k", &key, "--", "true"]));
     assert!(out.stderr.is_empty());
+    // SAFETY: geteuid takes no arguments and cannot fail.
     let uid = unsafe { libc::geteuid() };
     let dir = std::path::PathBuf::from(format!("/var/tmp/dlock-{uid}"));
     let meta = std::fs::symlink_metadata(&dir).unwrap();

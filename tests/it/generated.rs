@@ -8,7 +8,7 @@ fn completions_and_man_pages_are_up_to_date() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let update = std::env::var_os("DLOCK_UPDATE_GENERATED").is_some();
     let mut stale = Vec::new();
-    for (path, contents) in dlock_cli::generate::all_files() {
+    for (path, contents) in dlock_cli::internals::all_files() {
         let file = root.join(&path);
         if std::fs::read(&file).ok().as_deref() == Some(&contents[..]) {
             continue;

@@ -54,7 +54,7 @@ fn token_of(marker: &Path) -> u64 {
     text.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-pub fn shared_holders_run_together_and_the_exclusive_waits_for_all(b: &TestBackend) {
+pub(crate) fn shared_holders_run_together_and_the_exclusive_waits_for_all(b: &TestBackend) {
     if !b.shared {
         return refuses(b, &["--shared"], "shared");
     }
@@ -114,7 +114,7 @@ fn run_code_proc(p: Proc, code: i32) {
     assert_eq!(out.status.code(), Some(code), "{}", describe(&out));
 }
 
-pub fn writer_is_not_starved_by_overlapping_readers(b: &TestBackend) {
+pub(crate) fn writer_is_not_starved_by_overlapping_readers(b: &TestBackend) {
     if !b.shared {
         return;
     }
@@ -153,7 +153,7 @@ pub fn writer_is_not_starved_by_overlapping_readers(b: &TestBackend) {
     );
 }
 
-pub fn limit_is_never_exceeded_and_is_reached(b: &TestBackend) {
+pub(crate) fn limit_is_never_exceeded_and_is_reached(b: &TestBackend) {
     if !b.limit {
         return refuses(b, &["--limit", "3"], "limit");
     }
@@ -189,7 +189,7 @@ pub fn limit_is_never_exceeded_and_is_reached(b: &TestBackend) {
     assert!(b.is_free(&key));
 }
 
-pub fn limit_holders_must_agree_on_n(b: &TestBackend) {
+pub(crate) fn limit_holders_must_agree_on_n(b: &TestBackend) {
     if !b.limit {
         return;
     }
@@ -219,7 +219,7 @@ pub fn limit_holders_must_agree_on_n(b: &TestBackend) {
     run_code_proc(h, 0);
 }
 
-pub fn limit_waiter_takes_a_freed_slot_at_once_and_leaves_nothing_when_interrupted(
+pub(crate) fn limit_waiter_takes_a_freed_slot_at_once_and_leaves_nothing_when_interrupted(
     b: &TestBackend,
 ) {
     if !b.limit {
@@ -263,7 +263,7 @@ pub fn limit_waiter_takes_a_freed_slot_at_once_and_leaves_nothing_when_interrupt
     drop((second, third));
 }
 
-pub fn several_keys_in_any_order_never_deadlock(b: &TestBackend) {
+pub(crate) fn several_keys_in_any_order_never_deadlock(b: &TestBackend) {
     let a = unique_key("multi-a");
     let z = unique_key("multi-z");
     let dir = scratch("multi");
@@ -295,7 +295,7 @@ pub fn several_keys_in_any_order_never_deadlock(b: &TestBackend) {
     assert!(b.is_free(&a) && b.is_free(&z));
 }
 
-pub fn several_keys_are_held_together_or_not_at_all(b: &TestBackend) {
+pub(crate) fn several_keys_are_held_together_or_not_at_all(b: &TestBackend) {
     let a = unique_key("all-a");
     let z = unique_key("all-z");
     let dir = scratch("all");
@@ -325,7 +325,7 @@ pub fn several_keys_are_held_together_or_not_at_all(b: &TestBackend) {
     run_code_proc(h, 0);
 }
 
-pub fn losing_one_of_several_keys_is_losing_the_lock(b: &TestBackend) {
+pub(crate) fn losing_one_of_several_keys_is_losing_the_lock(b: &TestBackend) {
     let a = unique_key("lose-a");
     let z = unique_key("lose-z");
     let (p, child) = b.hold(&a, &["-k", &z]);
@@ -336,7 +336,7 @@ pub fn losing_one_of_several_keys_is_losing_the_lock(b: &TestBackend) {
     assert!(b.is_free(&a), "the other key was not released");
 }
 
-pub fn nested_run_on_the_same_lock_does_not_wait(b: &TestBackend) {
+pub(crate) fn nested_run_on_the_same_lock_does_not_wait(b: &TestBackend) {
     let key = unique_key("nested");
     // Without nesting, the inner run would wait for its own parent and give up after 5 s.
     let mut inner = b.run_words();
@@ -397,7 +397,7 @@ fn holding_with_claims(b: &TestBackend, key: &str, marker: &Path) -> (Proc, Stri
     (p, claims)
 }
 
-pub fn stale_inherited_claim_is_ignored(b: &TestBackend) {
+pub(crate) fn stale_inherited_claim_is_ignored(b: &TestBackend) {
     let key = unique_key("stale-claim");
     let dir = scratch("stale-claim");
     // A real claim, by a run that has ended: the lock is free, and acquired anew.

@@ -27,7 +27,8 @@ fn killed_holder_connection_is_noticed_within_a_third_of_the_ttl() {
     let b = TestBackend::mysql(&m.url());
     let key = unique_key("killed");
     let (p, child) = b.hold(&key, &[]);
-    let name = dlock_cli::backend::mysql::lock_name(&dlock_cli::config::Key::new(&key).unwrap());
+    let name =
+        dlock_cli::internals::mysql_lock_name(&dlock_cli::internals::Key::new(&key).unwrap());
     let id = m.sql(&format!("SELECT IS_USED_LOCK('{name}')"));
     m.sql(&format!("KILL {id}"));
     let killed = Instant::now();

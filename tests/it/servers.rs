@@ -23,7 +23,7 @@ fn required() -> bool {
 }
 
 /// Whether `bin` is on PATH; if not, skips loudly (returns false) or panics under CI.
-pub fn available(bin: &str) -> bool {
+pub(crate) fn available(bin: &str) -> bool {
     let found = std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()));
     if !found {
@@ -71,7 +71,7 @@ fn spawn_server(mut cmd: Command) -> std::io::Result<Child> {
 }
 
 /// A free TCP port on 127.0.0.1 (free when asked; servers bind it right after).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -80,7 +80,7 @@ pub fn free_port() -> u16 {
 }
 
 /// Writes ca.pem, server.pem and server.key (for 127.0.0.1 and localhost) into `dir`.
-pub fn make_certs(dir: &std::path::Path) {
+pub(crate) fn make_certs(dir: &std::path::Path) {
     let sh = |script: &str| {
         let out = Command::new("sh")
             .arg("-c")
@@ -107,7 +107,7 @@ pub fn make_certs(dir: &std::path::Path) {
 }
 
 /// A running redis-server.
-pub struct Redis {
+pub(crate) struct Redis {
     pub port: u16,
     pub dir: PathBuf,
     child: Option<Child>,
@@ -117,7 +117,7 @@ pub struct Redis {
 impl Redis {
     /// Starts a new server with extra arguments (e.g. `--requirepass x`), or `None` if
     /// redis-server is missing (and not required).
-    pub fn start(extra: &[&str]) -> Option<Redis> {
+    pub(crate) fn start(extra: &[&str]) -> Option<Redis> {
         if !available("redis-server") {
             return None;
         }
@@ -144,7 +144,7 @@ impl Redis {
 
     /// A TLS-only server with a certificate for 127.0.0.1 and localhost signed by a fresh CA;
     /// returns it with the CA's PEM file (for `SSL_CERT_FILE`).
-    pub fn start_tls() -> Option<(Redis, PathBuf)> {
+    pub(crate) fn start_tls() -> Option<(Redis, PathBuf)> {
         if !available("redis-server") || !available("openssl") {
             return None;
         }
@@ -181,7 +181,7 @@ impl Redis {
             .arg(r.dir.join("redis.log"));
         r.child = Some(spawn_server(cmd).expect("spawn redis-server"));
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
             if Instant::now() > deadline {
                 let log = std::fs::read_to_string(r.dir.join("redis.log")).unwrap_or_default();
                 panic!("TLS redis-server not listening after 10 s; its log:\n{log}");
@@ -259,28 +259,28 @@ impl Redis {
     }
 
     /// `redis://127.0.0.1:PORT`
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
     /// The server's process id.
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.as_ref().unwrap().id() as i32
     }
 
     /// SIGSTOP / SIGCONT: the cheapest realistic partition (connections stay open, nothing answers).
-    pub fn pause(&self, on: bool) {
+    pub(crate) fn pause(&self, on: bool) {
         // SAFETY: plain kill of our own child.
         unsafe { libc::kill(self.pid(), if on { libc::SIGSTOP } else { libc::SIGCONT }) };
     }
 
     /// Kills the server (no persistence: every key is gone) and starts it again on the same port.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.restart_after(Duration::ZERO);
     }
 
     /// Kills the server and starts it again after `down`.
-    pub fn restart_after(&mut self, down: Duration) {
+    pub(crate) fn restart_after(&mut self, down: Duration) {
         self.kill();
         std::thread::sleep(down);
         assert!(
@@ -298,7 +298,7 @@ impl Redis {
     }
 
     /// Runs a command with redis-cli and returns its trimmed output.
-    pub fn cli(&self, args: &[&str]) -> String {
+    pub(crate) fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
             .args(["-p", &self.port.to_string()])
             .args(args)
@@ -327,7 +327,7 @@ fn aged<T>(server: Option<T>) -> Option<T> {
 }
 
 /// The shared Redis URL of this test binary (`DLOCK_TEST_REDIS_URL`, or a server started once).
-pub fn shared_redis() -> Option<String> {
+pub(crate) fn shared_redis() -> Option<String> {
     if let Ok(url) = std::env::var("DLOCK_TEST_REDIS_URL") {
         return Some(url);
     }
@@ -340,7 +340,7 @@ pub fn shared_redis() -> Option<String> {
 
 /// Three shared Redis masters for Redlock (`DLOCK_TEST_REDLOCK_URLS`, space-separated, or started
 /// once).
-pub fn shared_redlock() -> Option<Vec<String>> {
+pub(crate) fn shared_redlock() -> Option<Vec<String>> {
     if let Ok(urls) = std::env::var("DLOCK_TEST_REDLOCK_URLS") {
         return Some(urls.split_whitespace().map(String::from).collect());
     }
@@ -352,7 +352,7 @@ pub fn shared_redlock() -> Option<Vec<String>> {
 }
 
 /// A running mariadbd, with a `dlock`/`dlock` user (all privileges) and a `dlock` database.
-pub struct Mariadb {
+pub(crate) struct Mariadb {
     pub port: u16,
     pub dir: PathBuf,
     child: Option<Child>,
@@ -391,12 +391,12 @@ impl Mariadb {
     }
 
     /// Starts a new server, or `None` if mariadbd is missing (and not required).
-    pub fn start() -> Option<Mariadb> {
+    pub(crate) fn start() -> Option<Mariadb> {
         Self::start_with(&[])
     }
 
     /// A server that accepts only TLS, with a certificate from a fresh CA; returns the CA's path.
-    pub fn start_tls() -> Option<(Mariadb, PathBuf)> {
+    pub(crate) fn start_tls() -> Option<(Mariadb, PathBuf)> {
         if !available("openssl") {
             return None;
         }
@@ -501,7 +501,7 @@ impl Mariadb {
     }
 
     /// The `mariadb` client as root over the socket.
-    pub fn client(&self) -> Command {
+    pub(crate) fn client(&self) -> Command {
         let mut c = Command::new("mariadb");
         c.args(["--no-defaults", "-uroot", "-N", "-B"]);
         c.arg(format!(
@@ -512,7 +512,7 @@ impl Mariadb {
     }
 
     /// Runs SQL as root and returns the output.
-    pub fn sql(&self, sql: &str) -> String {
+    pub(crate) fn sql(&self, sql: &str) -> String {
         let out = self.client().arg("-e").arg(sql).output().unwrap();
         assert!(
             out.status.success(),
@@ -523,13 +523,13 @@ impl Mariadb {
     }
 
     /// `mysql://dlock:dlock@127.0.0.1:PORT/dlock`
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("mysql://dlock:dlock@127.0.0.1:{}/dlock", self.port)
     }
 
     /// Kills the server (SIGKILL: InnoDB recovers at the next start) and starts it again on
     /// the same port and data after `down`.
-    pub fn restart_after(&mut self, down: Duration) {
+    pub(crate) fn restart_after(&mut self, down: Duration) {
         self.pause(false);
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -544,7 +544,7 @@ impl Mariadb {
     }
 
     /// SIGSTOP / SIGCONT.
-    pub fn pause(&self, on: bool) {
+    pub(crate) fn pause(&self, on: bool) {
         let pid = self.child.as_ref().unwrap().id() as i32;
         // SAFETY: plain kill of our own child.
         unsafe { libc::kill(pid, if on { libc::SIGSTOP } else { libc::SIGCONT }) };
@@ -562,7 +562,7 @@ impl Drop for Mariadb {
 }
 
 /// The shared MariaDB of this test binary (`DLOCK_TEST_MYSQL_URL`, or a server started once).
-pub fn shared_mariadb() -> Option<&'static Mariadb> {
+pub(crate) fn shared_mariadb() -> Option<&'static Mariadb> {
     static SHARED: OnceLock<Option<Mariadb>> = OnceLock::new();
     SHARED.get_or_init(|| aged(Mariadb::start())).as_ref()
 }
@@ -572,7 +572,7 @@ const ZK_CLASSPATH: &str = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:\
 /usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar";
 
 /// One ZooKeeper server of a [`Zookeeper`] (standalone, or a member of an ensemble).
-pub struct ZkMember {
+pub(crate) struct ZkMember {
     pub port: u16,
     pub dir: PathBuf,
     child: Option<Child>,
@@ -580,18 +580,18 @@ pub struct ZkMember {
 
 /// A running ZooKeeper: one standalone server, or an ensemble of three on loopback. Short
 /// ticks (500 ms) so that session timeouts from 1 s are allowed.
-pub struct Zookeeper {
+pub(crate) struct Zookeeper {
     pub members: Vec<ZkMember>,
 }
 
 impl Zookeeper {
     /// A standalone server, or `None` if ZooKeeper is not installed (and not required).
-    pub fn start() -> Option<Zookeeper> {
+    pub(crate) fn start() -> Option<Zookeeper> {
         Self::start_n(1)
     }
 
     /// A three-server ensemble.
-    pub fn ensemble() -> Option<Zookeeper> {
+    pub(crate) fn ensemble() -> Option<Zookeeper> {
         Self::start_n(3)
     }
 
@@ -648,7 +648,7 @@ impl Zookeeper {
     }
 
     /// Starts member `i` (again).
-    pub fn launch(&mut self, i: usize) {
+    pub(crate) fn launch(&mut self, i: usize) {
         let m = &mut self.members[i];
         let d = m.dir.display();
         // The server logs to stdout; the shell sends that to a file and execs the JVM (so the
@@ -666,7 +666,7 @@ impl Zookeeper {
     }
 
     /// Waits until member `i` serves clients (`srvr` shows a Mode: it is in a quorum).
-    pub fn wait_serving(&mut self, i: usize) {
+    pub(crate) fn wait_serving(&mut self, i: usize) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while !self.four(i, "srvr").contains("Mode: ") {
             let m = &mut self.members[i];
@@ -680,7 +680,7 @@ impl Zookeeper {
     }
 
     /// A four-letter-word command to member `i`, its answer ("" if none).
-    pub fn four(&self, i: usize, word: &str) -> String {
+    pub(crate) fn four(&self, i: usize, word: &str) -> String {
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.members[i].port)) else {
             return String::new();
         };
@@ -694,13 +694,13 @@ impl Zookeeper {
     }
 
     /// The member that has a client connection of session `id` ("0x..."), if any.
-    pub fn member_with_session(&self, id: &str) -> Option<usize> {
+    pub(crate) fn member_with_session(&self, id: &str) -> Option<usize> {
         let sid = format!("sid={id}");
         (0..self.members.len()).find(|&i| self.four(i, "cons").contains(&sid))
     }
 
     /// `zk://127.0.0.1:P1,127.0.0.1:P2,...`
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let hosts: Vec<String> = self
             .members
             .iter()
@@ -710,7 +710,7 @@ impl Zookeeper {
     }
 
     /// `host:port,...` for a client.
-    pub fn hosts(&self) -> String {
+    pub(crate) fn hosts(&self) -> String {
         self.url().trim_start_matches("zk://").to_string()
     }
 
@@ -719,13 +719,13 @@ impl Zookeeper {
     }
 
     /// SIGSTOP / SIGCONT member `i`.
-    pub fn pause(&self, i: usize, on: bool) {
+    pub(crate) fn pause(&self, i: usize, on: bool) {
         // SAFETY: plain kill of our own child.
         unsafe { libc::kill(self.pid(i), if on { libc::SIGSTOP } else { libc::SIGCONT }) };
     }
 
     /// Kills member `i` (SIGKILL: its connections drop at once).
-    pub fn kill(&mut self, i: usize) {
+    pub(crate) fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.members[i].child.take() {
             // SAFETY: plain kill of our own child.
             unsafe { libc::kill(c.id() as i32, libc::SIGCONT) };
@@ -752,7 +752,7 @@ impl Zookeeper {
     }
 
     /// The children of `path` (empty if it does not exist).
-    pub fn children(&self, path: &str) -> Vec<String> {
+    pub(crate) fn children(&self, path: &str) -> Vec<String> {
         self.with_client(async |client| match client.list_children(path).await {
             Ok(c) => c,
             Err(zookeeper_client::Error::NoNode) => Vec::new(),
@@ -761,7 +761,7 @@ impl Zookeeper {
     }
 
     /// Creates `path` and its missing ancestors as persistent, open nodes.
-    pub fn mkdirs(&self, path: &str) {
+    pub(crate) fn mkdirs(&self, path: &str) {
         use zookeeper_client::{Acls, CreateMode};
         self.with_client(async |client| {
             let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
@@ -779,7 +779,7 @@ impl Drop for Zookeeper {
 }
 
 /// The shared ZooKeeper of this test binary (a server started once).
-pub fn shared_zookeeper() -> Option<&'static Zookeeper> {
+pub(crate) fn shared_zookeeper() -> Option<&'static Zookeeper> {
     static SHARED: OnceLock<Option<Zookeeper>> = OnceLock::new();
     SHARED.get_or_init(Zookeeper::start).as_ref()
 }

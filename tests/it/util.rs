@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The binary under test.
-pub const DLOCK: &str = env!("CARGO_BIN_EXE_dlock");
+pub(crate) const DLOCK: &str = env!("CARGO_BIN_EXE_dlock");
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A key no other test (or earlier run) uses: the test's name, this process and a counter.
-pub fn unique_key(name: &str) -> String {
+pub(crate) fn unique_key(name: &str) -> String {
     format!(
         "{name}-{}-{}",
         std::process::id(),
@@ -23,7 +23,7 @@ pub fn unique_key(name: &str) -> String {
 }
 
 /// A fresh, empty scratch directory under cargo's per-target temp dir.
-pub fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("scratch")
         .join(unique_key(name));
@@ -34,7 +34,7 @@ pub fn scratch(name: &str) -> PathBuf {
 
 /// How to reach one backend: the arguments that select it and the environment it needs.
 #[derive(Clone, Debug)]
-pub struct TestBackend {
+pub(crate) struct TestBackend {
     /// "file", "redis", ...
     pub name: &'static str,
     /// `--backend X --url Y ...`
@@ -55,7 +55,7 @@ pub struct TestBackend {
 
 impl TestBackend {
     /// The file backend, in a directory private to this test binary.
-    pub fn file() -> TestBackend {
+    pub(crate) fn file() -> TestBackend {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("file-locks-{}", std::process::id()));
         TestBackend {
@@ -92,7 +92,7 @@ impl TestBackend {
     }
 
     /// Redis at `url`.
-    pub fn redis(url: &str) -> TestBackend {
+    pub(crate) fn redis(url: &str) -> TestBackend {
         TestBackend {
             shared: true,
             limit: true,
@@ -101,7 +101,7 @@ impl TestBackend {
     }
 
     /// MySQL/MariaDB at `url`.
-    pub fn mysql(url: &str) -> TestBackend {
+    pub(crate) fn mysql(url: &str) -> TestBackend {
         TestBackend {
             limit: true,
             ..TestBackend::server("mysql", url)
@@ -109,7 +109,7 @@ impl TestBackend {
     }
 
     /// ZooKeeper at `url`. The lease is the session: the test servers allow 1 s and more.
-    pub fn zookeeper(url: &str) -> TestBackend {
+    pub(crate) fn zookeeper(url: &str) -> TestBackend {
         TestBackend {
             // A deleted node is seen at once, by a watch.
             notice: Duration::from_millis(300),
@@ -120,7 +120,7 @@ impl TestBackend {
     }
 
     /// Redlock over several Redis masters.
-    pub fn redlock(urls: &[String]) -> TestBackend {
+    pub(crate) fn redlock(urls: &[String]) -> TestBackend {
         let mut args = vec!["--backend".to_string(), "redis".into()];
         for u in urls {
             args.push("--url".into());
@@ -136,7 +136,7 @@ impl TestBackend {
     }
 
     /// `dlock SUB <backend args>`, with a clean environment.
-    pub fn cmd(&self, sub: &str) -> Command {
+    pub(crate) fn cmd(&self, sub: &str) -> Command {
         let mut c = dlock();
         c.arg(sub).args(&self.args);
         for (k, v) in &self.env {
@@ -146,7 +146,7 @@ impl TestBackend {
     }
 
     /// The words of `dlock run <backend args> --ttl T` (for a command line run by a command).
-    pub fn run_words(&self) -> Vec<String> {
+    pub(crate) fn run_words(&self) -> Vec<String> {
         let mut w = vec![DLOCK.to_string(), "run".into()];
         w.extend(self.args.iter().cloned());
         w.push("--ttl".into());
@@ -155,7 +155,7 @@ impl TestBackend {
     }
 
     /// `dlock run <backend args> --ttl T -k KEY EXTRA... -- COMMAND...`
-    pub fn run<S: AsRef<OsStr>>(&self, key: &str, extra: &[&str], command: &[S]) -> Command {
+    pub(crate) fn run<S: AsRef<OsStr>>(&self, key: &str, extra: &[&str], command: &[S]) -> Command {
         let mut c = self.cmd("run");
         c.arg("--ttl").arg(format!("{}ms", self.ttl.as_millis()));
         c.arg("-k").arg(key).args(extra).arg("--");
@@ -165,7 +165,7 @@ impl TestBackend {
 
     /// Starts a holder whose command writes "PID TOKEN" to `marker` and then waits for stdin to
     /// close ([`Proc::close_stdin`] releases the lock); returns once the command runs.
-    pub fn holding(&self, key: &str, extra: &[&str], marker: &Path) -> Proc {
+    pub(crate) fn holding(&self, key: &str, extra: &[&str], marker: &Path) -> Proc {
         let script = format!(
             "echo \"$$ $DLOCK_FENCING_TOKEN\" > {}; read _x || true",
             marker.display()
@@ -178,7 +178,7 @@ impl TestBackend {
 
     /// Like [`TestBackend::holding`] (with `--wait 60s`), but returns at once: the holder may
     /// have to wait.
-    pub fn holding_later(&self, key: &str, marker: &Path) -> Proc {
+    pub(crate) fn holding_later(&self, key: &str, marker: &Path) -> Proc {
         let script = format!(
             "echo \"$$ ${{DLOCK_FENCING_TOKEN:-0}}\" > {}; read _x || true",
             marker.display()
@@ -188,7 +188,7 @@ impl TestBackend {
 
     /// Starts a holder whose command writes its pid to a marker and sleeps; returns (dlock, the
     /// command's pid) once the command runs.
-    pub fn hold(&self, key: &str, extra: &[&str]) -> (Proc, i32) {
+    pub(crate) fn hold(&self, key: &str, extra: &[&str]) -> (Proc, i32) {
         let dir = scratch("hold");
         let m = dir.join("pid");
         let script = format!("echo $$ > {}; exec sleep 60", m.display());
@@ -198,13 +198,13 @@ impl TestBackend {
     }
 
     /// `dlock status --json` parsed.
-    pub fn status(&self, key: &str) -> serde_json::Value {
+    pub(crate) fn status(&self, key: &str) -> serde_json::Value {
         let out = run_ok(self.cmd("status").args(["-k", key, "--json"]));
         serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
     }
 
     /// Whether `--no-wait` gets the lock right now.
-    pub fn is_free(&self, key: &str) -> bool {
+    pub(crate) fn is_free(&self, key: &str) -> bool {
         let out = output(&mut self.run(key, &["--no-wait"], &["true"]));
         match out.status.code() {
             Some(0) => true,
@@ -218,7 +218,7 @@ impl TestBackend {
 }
 
 /// `dlock` with every DLOCK_* variable of the test environment removed.
-pub fn dlock() -> Command {
+pub(crate) fn dlock() -> Command {
     let mut c = Command::new(DLOCK);
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("DLOCK_") {
@@ -229,17 +229,17 @@ pub fn dlock() -> Command {
 }
 
 /// A sh -c command line.
-pub fn sh(script: &str) -> Vec<String> {
+pub(crate) fn sh(script: &str) -> Vec<String> {
     vec!["sh".into(), "-c".into(), script.into()]
 }
 
 /// Runs to completion, capturing output.
-pub fn output(cmd: &mut Command) -> Output {
+pub(crate) fn output(cmd: &mut Command) -> Output {
     cmd.stdin(Stdio::null()).output().expect("spawn dlock")
 }
 
 /// Everything about a finished process, for failure messages.
-pub fn describe(out: &Output) -> String {
+pub(crate) fn describe(out: &Output) -> String {
     format!(
         "status: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
         out.status,
@@ -250,7 +250,7 @@ pub fn describe(out: &Output) -> String {
 
 /// Runs and asserts the exit code.
 #[track_caller]
-pub fn run_code(cmd: &mut Command, code: i32) -> Output {
+pub(crate) fn run_code(cmd: &mut Command, code: i32) -> Output {
     let out = output(cmd);
     assert_eq!(out.status.code(), Some(code), "{cmd:?}\n{}", describe(&out));
     out
@@ -258,13 +258,13 @@ pub fn run_code(cmd: &mut Command, code: i32) -> Output {
 
 /// Runs and asserts success.
 #[track_caller]
-pub fn run_ok(cmd: &mut Command) -> Output {
+pub(crate) fn run_ok(cmd: &mut Command) -> Output {
     run_code(cmd, 0)
 }
 
 /// Asserts that stderr is exactly one `dlock: ` line without a panic, and returns it.
 #[track_caller]
-pub fn one_error_line(out: &Output) -> String {
+pub(crate) fn one_error_line(out: &Output) -> String {
     let err = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(
@@ -283,7 +283,7 @@ pub fn one_error_line(out: &Output) -> String {
 }
 
 /// A spawned process that is killed when the test ends, however it ends.
-pub struct Proc {
+pub(crate) struct Proc {
     pub child: Child,
     pub started: Instant,
     what: String,
@@ -291,7 +291,7 @@ pub struct Proc {
 
 impl Proc {
     /// Spawns with stdin piped (write to it, or drop it to send EOF) and output captured.
-    pub fn spawn(cmd: &mut Command) -> Proc {
+    pub(crate) fn spawn(cmd: &mut Command) -> Proc {
         let what = format!("{cmd:?}");
         let child = cmd
             .stdin(Stdio::piped())
@@ -307,24 +307,24 @@ impl Proc {
     }
 
     /// The process id.
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.id() as i32
     }
 
     /// Sends a signal.
-    pub fn signal(&self, sig: i32) {
+    pub(crate) fn signal(&self, sig: i32) {
         // SAFETY: plain kill of our own unreaped child.
         unsafe { libc::kill(self.pid(), sig) };
     }
 
     /// Closes stdin (the child sees EOF).
-    pub fn close_stdin(&mut self) {
+    pub(crate) fn close_stdin(&mut self) {
         drop(self.child.stdin.take());
     }
 
     /// Waits at most `limit` for exit; panics (with the output) if it does not come.
     #[track_caller]
-    pub fn wait(mut self, limit: Duration) -> (Output, Duration) {
+    pub(crate) fn wait(mut self, limit: Duration) -> (Output, Duration) {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(_status) = self.child.try_wait().unwrap() {
@@ -375,7 +375,7 @@ impl Drop for Proc {
 
 /// Waits until `cond` holds, checking every 5 ms, at most `limit`; returns how long it took.
 #[track_caller]
-pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Duration {
+pub(crate) fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
     while !cond() {
         assert!(
@@ -389,7 +389,7 @@ pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) -
 
 /// Waits for a marker file to exist and returns its trimmed contents.
 #[track_caller]
-pub fn wait_for_file(path: &Path, limit: Duration) -> String {
+pub(crate) fn wait_for_file(path: &Path, limit: Duration) -> String {
     wait_until(limit, &format!("{}", path.display()), || {
         std::fs::read_to_string(path).is_ok_and(|s| s.ends_with('\n'))
     });
@@ -397,7 +397,7 @@ pub fn wait_for_file(path: &Path, limit: Duration) -> String {
 }
 
 /// Whether a process exists (and is not a zombie).
-pub fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat
             .rsplit_once(") ")
@@ -408,7 +408,7 @@ pub fn alive(pid: i32) -> bool {
 
 /// Ctrl-C (SIGINT) to a waiting `dlock run`: it exits 130 within a second.
 #[track_caller]
-pub fn ctrl_c_ends_it_at_once(p: Proc) {
+pub(crate) fn ctrl_c_ends_it_at_once(p: Proc) {
     let sent = Instant::now();
     p.signal(libc::SIGINT);
     let (out, _) = p.wait(Duration::from_secs(5));

@@ -44,7 +44,7 @@ const CHECK_EVERY: Duration = Duration::from_millis(500);
 const MAX_DATA: usize = 1 << 20;
 
 /// Locks as files in one directory.
-pub struct FileBackend {
+pub(crate) struct FileBackend {
     dir: PathBuf,
 }
 
@@ -52,7 +52,7 @@ impl FileBackend {
     /// `urls` empty: the per-user default directory; one `file:///dir` URL: that directory.
     /// Creates the directory if needed; refuses a default directory that another user could
     /// have planted (a symlink, someone else's, or writable by others).
-    pub fn open(urls: &[String]) -> anyhow::Result<FileBackend> {
+    pub(crate) fn open(urls: &[String]) -> anyhow::Result<FileBackend> {
         let dir = match urls {
             [] => {
                 let dir = default_dir();

@@ -196,4 +196,3 @@ mod tests {
         assert!(parse_url("file:///a%00b").is_err());
     }
 }
-

@@ -49,4 +49,3 @@ pub(super) fn proc_locks(dev: u64, ino: u64) -> anyhow::Result<ProcLocks> {
     }
     Ok(out)
 }
-

@@ -156,4 +156,3 @@ fn alarm_thread(state: &(Mutex<Alarm>, Condvar), target: Thread, until: Option<I
         };
     }
 }
-

@@ -64,7 +64,7 @@ const UPTIME: &str =
     "CAST(UNIX_TIMESTAMP() AS SIGNED) - CAST((UUID_SHORT() >> 24) & 4294967295 AS SIGNED)";
 
 /// The table dlock keeps fencing counters and holder metadata in (README shows it too).
-pub const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS dlock_locks (\
+pub(crate) const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS dlock_locks (\
 name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin PRIMARY KEY, \
 fence BIGINT UNSIGNED NOT NULL, \
 holder TEXT NOT NULL, \
@@ -77,7 +77,7 @@ const MAX_LIMIT: u32 = 32;
 /// A semaphore's names share a prefix: `dlock#` + 40 hex digits of the key's SHA-256 + `#`. The
 /// prefix itself names its fencing counter row, `<prefix>gate` the lock its waiters queue on,
 /// `<prefix><i>` slot i. `#` appears in no [`lock_name`].
-pub fn slot_prefix(key: &Key) -> String {
+pub(crate) fn slot_prefix(key: &Key) -> String {
     let digest = Sha256::digest(key.as_str().as_bytes());
     let hex: String = digest.iter().take(20).map(|b| format!("{b:02x}")).collect();
     format!("dlock#{hex}#")
@@ -108,7 +108,7 @@ fn mismatch(req: &Request<'_>, theirs: &Holder) -> anyhow::Error {
 }
 
 /// Locks on one MySQL or MariaDB server.
-pub struct MysqlBackend {
+pub(crate) struct MysqlBackend {
     opts: Opts,
     /// host:port/database, without credentials.
     addr: String,
@@ -170,7 +170,7 @@ fn hex(s: &str) -> String {
 
 impl MysqlBackend {
     /// `urls` empty: `mysql://root@127.0.0.1:3306/dlock`; one URL: that server.
-    pub fn open(urls: &[String]) -> anyhow::Result<MysqlBackend> {
+    pub(crate) fn open(urls: &[String]) -> anyhow::Result<MysqlBackend> {
         let url = match urls {
             [] => DEFAULT_URL,
             [u] => u.as_str(),

@@ -7,9 +7,7 @@ use std::time::Duration;
 use mysql::Conn;
 use mysql::prelude::Queryable;
 
-use super::{
-    COMMAND_TIMEOUT, MAX_SLICE, MysqlBackend, hex, last_value, max_slice, slot_prefix,
-};
+use super::{COMMAND_TIMEOUT, MAX_SLICE, MysqlBackend, hex, last_value, max_slice, slot_prefix};
 use crate::backend::{Deadline, Holder, Lease, Request};
 use crate::clock::BootInstant;
 use crate::exit::Interrupted;

@@ -159,13 +159,13 @@ pub(super) fn token() -> anyhow::Result<String> {
 }
 
 /// Locks on one Redis server.
-pub struct RedisBackend {
+pub(crate) struct RedisBackend {
     node: Node,
 }
 
 impl RedisBackend {
     /// `urls` empty: `redis://127.0.0.1:6379`; one URL: that server.
-    pub fn open(urls: &[String]) -> anyhow::Result<RedisBackend> {
+    pub(crate) fn open(urls: &[String]) -> anyhow::Result<RedisBackend> {
         let node = match urls {
             [] => Node::parse("redis://127.0.0.1:6379")?,
             [url] => Node::parse(url)?,

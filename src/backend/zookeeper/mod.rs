@@ -73,7 +73,7 @@ const ADMIN_SESSION: Duration = Duration::from_secs(10);
 const ROOT: &str = "dlock";
 
 /// Locks on one ZooKeeper ensemble.
-pub struct ZkBackend {
+pub(crate) struct ZkBackend {
     /// `host:port,host:port` for the client.
     hosts: String,
     servers: u32,
@@ -158,7 +158,7 @@ struct OurNode {
 
 impl ZkBackend {
     /// `urls` empty: `zk://127.0.0.1:2181`; one URL: that ensemble.
-    pub fn open(urls: &[String]) -> anyhow::Result<ZkBackend> {
+    pub(crate) fn open(urls: &[String]) -> anyhow::Result<ZkBackend> {
         let url = match urls {
             [] => DEFAULT_URL,
             [u] => u.as_str(),
@@ -634,4 +634,3 @@ impl Backend for ZkBackend {
         Ok(self.status_of(key, &parent, queue))
     }
 }
-
