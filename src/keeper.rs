@@ -156,3 +156,126 @@ fn keep(
     }
     lease.release()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::Receiver;
+
+    use super::*;
+    use crate::backend::memory::Memory;
+    use crate::backend::{Backend, Deadline, Holder, Request};
+    use crate::config::Key;
+    use crate::signals::Interrupt;
+
+    fn take(mem: &Memory, key: &str, ttl: Duration) -> Box<dyn Lease> {
+        let key = Key::new(key).unwrap();
+        let interrupt = Interrupt::new();
+        mem.acquire(&Request {
+            key: &key,
+            mode: crate::backend::Mode::Exclusive,
+            ttl,
+            deadline: Deadline::Now,
+            holder: &Holder::default(),
+            interrupt: &interrupt,
+            on_holder: &|_| {},
+        })
+        .unwrap()
+    }
+
+    fn keeper(lease: Box<dyn Lease>) -> (Keeper, Receiver<Event>) {
+        let (tx, rx) = mpsc::channel();
+        let mut k = Keeper::new(lease, Events(tx));
+        k.start().unwrap();
+        (k, rx)
+    }
+
+    #[test]
+    fn renews_every_third_of_the_ttl_and_never_promises_more_than_the_server() {
+        let mem = Memory::new();
+        let ttl = Duration::from_millis(300);
+        let lease = take(&mem, "k", ttl);
+        let acquired = lease.acquired_at();
+        let (k, rx) = keeper(lease);
+        let mut renewed = Vec::new();
+        while renewed.len() < 4 {
+            match rx.recv_timeout(Duration::from_secs(2)) {
+                Ok(Event::Renewed(deadline)) => {
+                    let server = mem.expires("k").expect("still held");
+                    assert!(deadline < server, "the client's deadline is the earlier");
+                    renewed.push(BootInstant::now().saturating_duration_since(acquired));
+                }
+                other => panic!("expected a renewal, got {other:?}"),
+            }
+        }
+        // Due at 100, 200, 300, 400 ms after the acquire.
+        assert!(renewed[0] >= Duration::from_millis(95), "{renewed:?}");
+        assert!(renewed[3] >= Duration::from_millis(395), "{renewed:?}");
+        assert!(renewed[3] < Duration::from_millis(1000), "{renewed:?}");
+        k.release().unwrap();
+        assert_eq!(mem.holder_pid("k"), None, "released");
+    }
+
+    #[test]
+    fn a_broken_lock_is_reported_lost_within_a_renewal() {
+        let mem = Memory::new();
+        let ttl = Duration::from_millis(600);
+        let (k, rx) = keeper(take(&mem, "k", ttl));
+        mem.remove("k");
+        let broken = BootInstant::now();
+        loop {
+            match rx.recv_timeout(Duration::from_secs(2)) {
+                Ok(Event::Renewed(_)) => continue,
+                Ok(Event::Lost(why)) => {
+                    assert!(why.contains("gone"), "{why}");
+                    break;
+                }
+                other => panic!("expected the loss, got {other:?}"),
+            }
+        }
+        assert!(BootInstant::now().saturating_duration_since(broken) < ttl / 3 + ttl / 6);
+        k.abandon();
+    }
+
+    #[test]
+    fn failing_renewals_are_retried_and_reported_without_a_new_deadline() {
+        let mem = Memory::new();
+        let ttl = Duration::from_millis(300);
+        mem.fail_renewals(true);
+        let (k, rx) = keeper(take(&mem, "k", ttl));
+        let mut failures = 0;
+        while failures < 3 {
+            match rx.recv_timeout(Duration::from_secs(2)) {
+                Ok(Event::RenewFailed(why)) => {
+                    assert!(why.contains("no answer"), "{why}");
+                    failures += 1;
+                }
+                other => panic!("expected failed renewals only, got {other:?}"),
+            }
+        }
+        // Back again: the next renewal succeeds and reports a fresh deadline.
+        mem.fail_renewals(false);
+        loop {
+            match rx.recv_timeout(Duration::from_secs(2)) {
+                Ok(Event::RenewFailed(_)) => continue,
+                Ok(Event::Renewed(d)) => {
+                    assert!(d > BootInstant::now() + ttl / 2);
+                    break;
+                }
+                other => panic!("expected a renewal, got {other:?}"),
+            }
+        }
+        k.release().unwrap();
+    }
+
+    #[test]
+    fn a_short_command_needs_no_thread() {
+        let mem = Memory::new();
+        let (tx, _rx) = mpsc::channel();
+        let lease = take(&mem, "k", Duration::from_secs(30));
+        let due = lease.acquired_at() + Duration::from_secs(10);
+        let k = Keeper::new(lease, Events(tx));
+        assert_eq!(k.due(), Some(due));
+        k.release().unwrap();
+        assert_eq!(mem.holder_pid("k"), None);
+    }
+}

@@ -7,6 +7,8 @@
 //! by the keeper thread, which renews it and reports its loss.
 
 pub(crate) mod file;
+#[cfg(test)]
+pub(crate) mod memory;
 pub(crate) mod mysql;
 pub(crate) mod redis;
 pub(crate) mod redlock;
