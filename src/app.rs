@@ -111,45 +111,10 @@ fn run(cfg: &RunConfig) -> u8 {
     let interrupt = signals::Interrupt::new();
     supervise::become_subreaper();
 
-    let backend = match backend::open(&cfg.target) {
-        Ok(b) => b,
-        Err(e) => return fail(name, &e, cfg.conflict_code),
-    };
-    if let Some(why) = backend.unsupported(cfg.mode) {
-        report::error(format_args!("{why}"));
-        return exit::USAGE;
-    }
-    let holder = Holder {
-        mode: (cfg.mode != Mode::Exclusive).then_some(cfg.mode),
-        ..Holder::this_process(&cfg.command)
-    };
-    let deadline = match cfg.wait {
-        Wait::No => Deadline::Now,
-        // A wait too long to represent is a wait forever.
-        Wait::For(d) => Instant::now()
-            .checked_add(d)
-            .map_or(Deadline::Never, Deadline::At),
-        Wait::Forever => Deadline::Never,
-    };
     let started = Instant::now();
-    let want = lockset::Want {
-        keys: lockset::canonical(&cfg.keys),
-        mode: cfg.mode,
-        ttl: cfg.ttl,
-        deadline,
-        holder: &holder,
-        interrupt: &interrupt,
-    };
-    let held = match lockset::acquire(backend.as_ref(), &want) {
-        Ok(held) => held,
-        Err(e) => {
-            let e = if cfg.keys.len() == 1 {
-                e.context(format!("cannot acquire '{}'", cfg.keys[0]))
-            } else {
-                e
-            };
-            return fail(name, &e, cfg.conflict_code);
-        }
+    let (backend, held) = match take_locks(cfg, &interrupt) {
+        Ok(taken) => taken,
+        Err(code) => return code,
     };
     // The command's view: keys and tokens in the order given, the first one as DLOCK_KEY.
     let tokens: Vec<Option<u64>> = cfg
@@ -162,7 +127,6 @@ fn run(cfg: &RunConfig) -> u8 {
                 .and_then(|p| p.lease.fencing_token())
         })
         .collect();
-    let key = &cfg.keys[0];
     let keys_text = cfg
         .keys
         .iter()
@@ -171,13 +135,12 @@ fn run(cfg: &RunConfig) -> u8 {
         .join(", ");
     let claims = serde_json::to_string(&held.claims).unwrap_or_default();
     let lease = lockset::LeaseSet::join(held.parts);
-    let token = tokens[0];
     report::verbose(format_args!(
         "acquired '{keys_text}' ({}) on {name} ({}) in {:.1?}{}",
         cfg.mode.describe(),
         backend.location(),
         started.elapsed(),
-        token
+        tokens[0]
             .map(|t| format!(", fencing token {t}"))
             .unwrap_or_default()
     ));
@@ -199,12 +162,82 @@ fn run(cfg: &RunConfig) -> u8 {
             .ttl()
             .map_or(cfg.kill_grace, |ttl| cfg.kill_grace.min(ttl / 3)),
     };
+    let env = command_env(cfg, &tokens, claims);
+    let child = match supervise::spawn(&cfg.command, &env, &reaper, &events) {
+        Ok(c) => c,
+        Err(e) => {
+            report::error(format_args!("{}", e.message));
+            release(name, &keys_text, lease);
+            return e.code;
+        }
+    };
+    // The keeper's thread starts when the first renewal is due: nothing but the fork is on the
+    // path from acquiring to running the command, and a short command needs no thread at all.
+    let mut keeper = Keeper::new(lease, supervise::Events(events));
+    report::verbose(format_args!("started pid {}", child.pid()));
+    let ending = supervise::supervise(&child, &rx, &mut keeper, clock, cfg.kill_grace);
+    finish(cfg, &keys_text, keeper, &ending);
+    ending.code()
+}
+
+/// Opens the backend and takes every key (waiting as configured); on failure prints the error
+/// and returns the exit code, with nothing held.
+fn take_locks(
+    cfg: &RunConfig,
+    interrupt: &signals::Interrupt,
+) -> Result<(Box<dyn backend::Backend>, lockset::Held), u8> {
+    let name = cfg.target.kind.name();
+    let backend = backend::open(&cfg.target).map_err(|e| fail(name, &e, cfg.conflict_code))?;
+    if let Some(why) = backend.unsupported(cfg.mode) {
+        report::error(format_args!("{why}"));
+        return Err(exit::USAGE);
+    }
+    let holder = Holder {
+        mode: (cfg.mode != Mode::Exclusive).then_some(cfg.mode),
+        ..Holder::this_process(&cfg.command)
+    };
+    let deadline = match cfg.wait {
+        Wait::No => Deadline::Now,
+        // A wait too long to represent is a wait forever.
+        Wait::For(d) => Instant::now()
+            .checked_add(d)
+            .map_or(Deadline::Never, Deadline::At),
+        Wait::Forever => Deadline::Never,
+    };
+    let want = lockset::Want {
+        keys: lockset::canonical(&cfg.keys),
+        mode: cfg.mode,
+        ttl: cfg.ttl,
+        deadline,
+        holder: &holder,
+        interrupt,
+    };
+    match lockset::acquire(backend.as_ref(), &want) {
+        Ok(held) => Ok((backend, held)),
+        Err(e) => {
+            let e = if cfg.keys.len() == 1 {
+                e.context(format!("cannot acquire '{}'", cfg.keys[0]))
+            } else {
+                e
+            };
+            Err(fail(name, &e, cfg.conflict_code))
+        }
+    }
+}
+
+/// What the command sees: `DLOCK_KEY`, `DLOCK_BACKEND`, `DLOCK_HELD`, the fencing token (when
+/// the backend has one) and, for several keys, `DLOCK_KEYS` and `DLOCK_FENCING_TOKENS`.
+fn command_env(
+    cfg: &RunConfig,
+    tokens: &[Option<u64>],
+    claims: String,
+) -> Vec<(&'static str, String)> {
     let mut env = vec![
-        ("DLOCK_KEY", key.to_string()),
-        ("DLOCK_BACKEND", name.to_string()),
+        ("DLOCK_KEY", cfg.keys[0].to_string()),
+        ("DLOCK_BACKEND", cfg.target.kind.name().to_string()),
         (lockset::HELD_ENV, claims),
     ];
-    if let Some(t) = token {
+    if let Some(t) = tokens[0] {
         env.push(("DLOCK_FENCING_TOKEN", t.to_string()));
     }
     if cfg.keys.len() > 1 {
@@ -223,21 +256,14 @@ fn run(cfg: &RunConfig) -> u8 {
             ),
         ));
     }
-    let child = match supervise::spawn(&cfg.command, &env, &reaper, &events) {
-        Ok(c) => c,
-        Err(e) => {
-            report::error(format_args!("{}", e.message));
-            release(name, &keys_text, lease);
-            return e.code;
-        }
-    };
-    // The keeper's thread starts when the first renewal is due: nothing but the fork is on the
-    // path from acquiring to running the command, and a short command needs no thread at all.
-    let mut keeper = Keeper::new(lease, supervise::Events(events));
-    report::verbose(format_args!("started pid {}", child.pid()));
-    let ending = supervise::supervise(&child, &rx, &mut keeper, clock, cfg.kill_grace);
+    env
+}
+
+/// After the command: report a loss, or release (and say how it went).
+fn finish(cfg: &RunConfig, keys_text: &str, keeper: Keeper, ending: &Ending) {
+    let name = cfg.target.kind.name();
     let release_started = Instant::now();
-    let released = match &ending {
+    let released = match ending {
         Ending::Lost(reason) => {
             report::error(format_args!(
                 "{name}: lost the lock '{keys_text}' while the command ran: {reason}; the command was terminated"
@@ -249,7 +275,7 @@ fn run(cfg: &RunConfig) -> u8 {
             } else {
                 keeper.abandon();
             }
-            return ending.code();
+            return;
         }
         Ending::Signalled(sig) => {
             report::verbose(format_args!("stopped by {}", exit::signal_name(*sig)));
@@ -266,7 +292,6 @@ fn run(cfg: &RunConfig) -> u8 {
             "{name}: release of '{keys_text}' failed (it expires by itself): {e:#}"
         )),
     }
-    ending.code()
 }
 
 /// How long a run that lost one of several keys spends releasing the others before it exits.
