@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # dlock against the usual alternatives, 8 loops x 25 runs of `true` on one lock (figures in
-# README.md): dlock on each backend given, `flock`, `etcdctl lock` against a local etcd, and the
+# bench/README.md): dlock on each backend given, `flock`, `etcdctl lock` against a local etcd, and the
 # hand-written Redis loop (`SET NX PX` + `sleep 0.1` until it works, then `DEL`).
 # The locked command is `true`, or $CMD (e.g. CMD="sleep 0.02", a job that does some work).
 # Usage: bench/compare.sh REDIS_URL ETCD_ENDPOINT [dlock backend options...]

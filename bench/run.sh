@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Whole-process benchmarks of `dlock run` (figures in README.md):
+# Whole-process benchmarks of `dlock run` (figures in bench/README.md):
 #   1. uncontended overhead: `dlock run -- true` against `flock FILE true` (hyperfine medians);
 #   2. contention: 8 loops x 25 runs on one key against the same 200 runs one after another.
 # Usage: bench/run.sh [dlock backend options...]     e.g. bench/run.sh --backend redis --url redis://127.0.0.1:6379

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Queues of waiters on one key (figures in README.md). For 10, 50 and 100 waiters queued behind
+# Queues of waiters on one key (figures in bench/README.md). For 10, 50 and 100 waiters queued behind
 # a holder: the CPU the idle waiters use in 5 s, the holder's peak RSS, and the server commands
 # per hand-off once the holder lets go (each waiter then takes the lock once).
 # Usage: COUNT='command printing the server's command counter' bench/waiters.sh [dlock backend options...]
