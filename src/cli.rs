@@ -10,7 +10,7 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 /// The largest `--limit`.
 pub(crate) const MAX_LIMIT: u32 = 256;
 
-/// Exit statuses, for `--help` and the man page (SPEC.md, "Exit codes").
+/// Exit statuses, for `--help` and the man page (docs/design.md, "Exit codes").
 pub(crate) const EXIT_STATUS: &[(&str, &str)] = &[
     ("child's code", "the command ran and exited with this code"),
     (

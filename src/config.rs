@@ -10,7 +10,7 @@ use crate::backend::Mode;
 use crate::cli;
 use crate::exit::Usage;
 
-/// Longest key, in bytes (SPEC.md).
+/// Longest key, in bytes (docs/design.md, "The contract").
 pub(crate) const MAX_KEY_BYTES: usize = 256;
 /// Shortest `--ttl`: renewing every ttl/3 must leave time for a round trip.
 pub(crate) const MIN_TTL: Duration = Duration::from_millis(300);
@@ -23,7 +23,7 @@ pub(crate) const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 pub struct Key(String);
 
 impl Key {
-    /// Checks the SPEC.md rules.
+    /// Checks the key rules: 1-256 bytes of UTF-8 without control characters.
     pub fn new(s: &str) -> Result<Key, Usage> {
         if s.is_empty() {
             return Err(Usage("--key must not be empty".into()));

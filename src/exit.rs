@@ -1,5 +1,5 @@
-//! The exit-code table of SPEC.md, the few typed errors that choose an exit code, and the mapping
-//! from a child's wait status to dlock's own exit code.
+//! The exit-code table (docs/design.md, "Exit codes"), the few typed errors that choose an exit
+//! code, and the mapping from a child's wait status to dlock's own exit code.
 //!
 //! Everything else is an `anyhow::Error` with context; [`code_for`] finds the typed errors by
 //! downcast, so a backend only has to wrap the cause in the right type once, at the boundary.

@@ -112,7 +112,7 @@ impl Redlock {
     }
 }
 
-/// The per-node timeout: short, so that a dead master does not eat the lease (DESIGN.md).
+/// The per-node timeout: short, so that a dead master does not eat the lease (docs/backends.md, Redlock).
 fn node_timeout(ttl: Duration) -> Duration {
     (ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(50))
 }
