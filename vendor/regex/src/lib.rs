@@ -115,7 +115,10 @@ pub mod bytes {
 
         /// Every pattern mysql_common 0.37 compiles (`.ci/run` fails when its source has
         /// another count of `Regex::new(`), with what each must and must not match.
-        const PATTERNS: &[(&str, &[&[u8]], &[&[u8]])] = &[
+        /// A pattern, haystacks it must match, haystacks it must not.
+        type Case = (&'static str, &'static [&'static [u8]], &'static [&'static [u8]]);
+
+        const PATTERNS: &[Case] = &[
             (
                 r"^\d{4}-\d{2}-\d{2}$",
                 &[b"2026-11-23"],
