@@ -129,6 +129,13 @@ pub(crate) fn signal_name(sig: i32) -> String {
         libc::SIGUSR2 => "SIGUSR2",
         libc::SIGSEGV => "SIGSEGV",
         libc::SIGABRT => "SIGABRT",
+        libc::SIGVTALRM => "SIGVTALRM",
+        libc::SIGPROF => "SIGPROF",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGIO => "SIGIO",
+        libc::SIGPWR => "SIGPWR",
+        libc::SIGSTKFLT => "SIGSTKFLT",
         _ => return format!("signal {sig}"),
     };
     name.to_string()

@@ -24,24 +24,67 @@ fn level() -> u8 {
     LEVEL.load(Ordering::Relaxed)
 }
 
+/// The longest line dlock prints about one event: error chains that quote servers stay readable.
+const MAX_LINE: usize = 2000;
+/// The longest a holder's host, command or session is shown in text.
+pub(crate) const MAX_FIELD: usize = 256;
+
+/// `text` made safe for a terminal: control characters (C0, DEL, C1) and the invisible
+/// formatting ones (bidirectional overrides, zero-width characters) become escapes such as
+/// `\x1b`, `\n` or `\u{202e}`, and anything past `max` characters is cut with `…`. Everything
+/// shown in text form that came from a server or another process goes through here; `--json`
+/// output does not (JSON escapes control characters itself, and must stay exact).
+pub(crate) fn clean(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max + 8));
+    for (n, c) in text.chars().enumerate() {
+        if n == max {
+            out.push('…');
+            break;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x100 && c.is_control() => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2069}'
+            | '\u{feff}' => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// An event line, shown with `-v` only.
 pub(crate) fn verbose(args: Arguments<'_>) {
     if level() >= Verbosity::Verbose as u8 {
-        eprintln!("dlock: {args}");
+        eprintln!("dlock: {}", clean(&args.to_string(), MAX_LINE));
     }
 }
 
 /// A warning, hidden by `-q`.
 pub(crate) fn warn(args: Arguments<'_>) {
     if level() >= Verbosity::Normal as u8 {
-        eprintln!("dlock: warning: {args}");
+        eprintln!("dlock: warning: {}", clean(&args.to_string(), MAX_LINE));
     }
 }
 
-/// An error: always shown, one line.
+/// An error: always shown, one line (a newline in a server's message is escaped too).
 pub(crate) fn error(args: Arguments<'_>) {
-    let line = args.to_string().replace('\n', " ");
-    eprintln!("dlock: {line}");
+    eprintln!("dlock: {}", clean(&args.to_string(), MAX_LINE));
+}
+
+/// A holder record's `since_ms` as a date; a value past the year 9999 (no real record has one)
+/// is shown as the number it is.
+pub(crate) fn since_text(ms: u64) -> String {
+    const LAST_MS: u64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+    match std::time::UNIX_EPOCH.checked_add(Duration::from_millis(ms)) {
+        Some(t) if ms <= LAST_MS => humantime::format_rfc3339_seconds(t).to_string(),
+        _ => format!("{ms} ms after 1970 (not a date)"),
+    }
 }
 
 /// Whole seconds or milliseconds, for humans.
@@ -126,6 +169,7 @@ fn draw(key: &str, holder: &Mutex<Option<Holder>>, stop: &(Mutex<bool>, Condvar)
             None => String::new(),
         };
         let waited = short_duration(started.elapsed());
+        let by = clean(&by, MAX_FIELD * 2);
         let _ = write!(err, "\r\x1b[Kdlock: waiting for '{key}'{by}… {waited}");
         let _ = err.flush();
         drawn = true;
@@ -152,14 +196,10 @@ pub(crate) fn status_text(s: &Status) -> String {
         }
         out.push('\n');
         if let Some(c) = &h.command {
-            out.push_str(&format!("    command: {c}\n"));
+            out.push_str(&format!("    command: {}\n", clean(c, MAX_FIELD)));
         }
         if let Some(ms) = h.since_ms {
-            let t = std::time::UNIX_EPOCH + Duration::from_millis(ms);
-            out.push_str(&format!(
-                "    since: {}\n",
-                humantime::format_rfc3339_seconds(t)
-            ));
+            out.push_str(&format!("    since: {}\n", since_text(ms)));
         }
         match h.lease_left_ms {
             Some(ms) => out.push_str(&format!(
@@ -173,7 +213,7 @@ pub(crate) fn status_text(s: &Status) -> String {
             out.push_str(&format!("    fencing token: {t}\n"));
         }
         if let Some(session) = &h.session {
-            out.push_str(&format!("    session: {session}\n"));
+            out.push_str(&format!("    session: {}\n", clean(session, MAX_FIELD)));
         }
     }
     if let Some(w) = s.waiters {
@@ -185,12 +225,12 @@ pub(crate) fn status_text(s: &Status) -> String {
             out.push_str(&format!(", waiting {}", short_duration(d)));
         }
         if let Some(session) = &w.session {
-            out.push_str(&format!(", session {session}"));
+            out.push_str(&format!(", session {}", clean(session, MAX_FIELD)));
         }
         out.push('\n');
     }
     for n in &s.notes {
-        out.push_str(&format!("  note: {n}\n"));
+        out.push_str(&format!("  note: {}\n", clean(n, MAX_LINE)));
     }
     out
 }
@@ -209,7 +249,7 @@ pub(crate) fn broke_text(s: &Status) -> String {
         .map(|h| {
             let mut d = h.short();
             if let Some(c) = &h.command {
-                d.push_str(&format!(" running '{c}'"));
+                d.push_str(&format!(" running '{}'", clean(c, MAX_FIELD)));
             }
             d
         })
@@ -225,6 +265,45 @@ pub(crate) fn broke_text(s: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        let hostile = "a\x1b]0;pwned\x07\x1b[2J\r\nFAKE: held by nobody\u{202e}\u{9b}z";
+        let c = clean(hostile, 100);
+        assert!(!c.chars().any(|c| c.is_control()), "{c:?}");
+        assert_eq!(
+            c,
+            "a\\x1b]0;pwned\\x07\\x1b[2J\\r\\nFAKE: held by nobody\\u{202e}\\x9bz"
+        );
+        assert_eq!(clean(&"é".repeat(10), 4), "éééé…");
+        assert_eq!(clean(&c, 100), c, "escaping twice changes nothing");
+    }
+
+    #[test]
+    fn any_since_value_is_shown() {
+        assert_eq!(since_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(since_text(253_402_300_799_999), "9999-12-31T23:59:59Z");
+        assert!(since_text(253_402_300_800_000).contains("not a date"));
+        assert!(since_text(u64::MAX).contains("not a date"));
+        let h = Holder {
+            since_ms: Some(u64::MAX),
+            host: Some("h\x1b[2J".into()),
+            command: Some("x\ny".into()),
+            ..Holder::default()
+        };
+        let s = Status {
+            held: true,
+            holders: vec![h],
+            ..Status::new(
+                &crate::config::Key::new("k").unwrap(),
+                crate::config::BackendKind::Redis,
+                "here".into(),
+            )
+        };
+        let text = status_text(&s);
+        assert!(!text.contains('\x1b') && text.contains("x\\ny"), "{text}");
+        assert_eq!(text.lines().count(), 4, "{text}");
+    }
 
     #[test]
     fn durations_read_well() {

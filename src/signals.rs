@@ -16,11 +16,63 @@ use std::time::Duration;
 
 use crate::sys::{self, SigSet, Thread};
 
-/// The signals dlock forwards to the child and turns into exit 128+N.
-pub(crate) const FORWARDED: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+/// The signals dlock forwards to the child and turns into exit 128+N: every asynchronous signal
+/// whose default action would end dlock — which would leave the command killed by PDEATHSIG
+/// but a lease-based lock held until its TTL ran out. Not here: the fault signals (SEGV, BUS,
+/// ILL, FPE, TRAP, SYS, ABRT: blocking them would not stop them), SIGPIPE (Rust's runtime ignores
+/// it), SIGUSR1 (see [`WAKE`]; one sent by another process is forwarded too) and the real-time
+/// signal the file backend uses to interrupt a blocked `flock`
+/// ([`crate::sys::interrupting_signal`]); the other real-time signals are added at run time.
+const FORWARDED_FIXED: [i32; 13] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGVTALRM,
+    libc::SIGPROF,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+    libc::SIGIO,
+    libc::SIGPWR,
+    libc::SIGSTKFLT,
+];
 /// Sent to a thread blocked in [`wait`] to wake it: by the keeper to the main thread when it has
-/// queued an event, and to the watcher thread to stop it.
+/// queued an event, and to the watcher thread to stop it. A SIGUSR1 that another process sent
+/// is not a wake-up: it is forwarded like the others.
 const WAKE: i32 = libc::SIGUSR1;
+
+/// The forwarded signals, the main thread's set (plus SIGCHLD and WAKE) and the watcher's (plus
+/// WAKE).
+struct Sets {
+    forwarded: Vec<i32>,
+    main: Vec<i32>,
+    watcher: Vec<i32>,
+}
+
+fn sets() -> &'static Sets {
+    static SETS: OnceLock<Sets> = OnceLock::new();
+    SETS.get_or_init(|| {
+        let own = sys::interrupting_signal();
+        let mut forwarded = FORWARDED_FIXED.to_vec();
+        forwarded.extend((libc::SIGRTMIN()..=libc::SIGRTMAX()).filter(|&s| s != own));
+        let mut watcher = forwarded.clone();
+        watcher.push(WAKE);
+        let mut main = watcher.clone();
+        main.push(libc::SIGCHLD);
+        Sets {
+            forwarded,
+            main,
+            watcher,
+        }
+    })
+}
+
+/// Whether dlock forwards `sig` to the command (and exits 128+`sig`).
+pub(crate) fn is_forwarded(sig: i32) -> bool {
+    sig == WAKE || sets().forwarded.contains(&sig)
+}
 
 /// A received signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,15 +95,6 @@ pub(crate) enum Woken {
     Wake,
 }
 
-const MAIN_SET: [i32; 5] = [
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGCHLD,
-    WAKE,
-];
-const WATCHER_SET: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, WAKE];
-
 static MAIN_THREAD: OnceLock<Thread> = OnceLock::new();
 
 /// Blocks the handled signals in this thread and in every thread created after it. Call first
@@ -64,8 +107,8 @@ pub fn block() -> io::Result<()> {
     if sys::is_ignored(libc::SIGCHLD) {
         sys::reset_to_default(libc::SIGCHLD);
     }
-    let mut handled: Vec<i32> = MAIN_SET.to_vec();
-    handled.retain(|&sig| !(FORWARDED.contains(&sig) && sys::is_ignored(sig)));
+    let mut handled: Vec<i32> = sets().main.clone();
+    handled.retain(|&sig| !(is_forwarded(sig) && sig != WAKE && sys::is_ignored(sig)));
     sys::block_signals(&SigSet::of(&handled))?;
     let _ = MAIN_THREAD.set(Thread::current());
     Ok(())
@@ -73,12 +116,12 @@ pub fn block() -> io::Result<()> {
 
 /// Waits up to `timeout` on the main thread for a forwarded signal, SIGCHLD or a wake-up.
 pub(crate) fn wait(timeout: Duration) -> Woken {
-    take(&MAIN_SET, timeout)
+    take(&sets().main, timeout)
 }
 
 /// Takes a forwarded signal that is already pending, without waiting (SIGCHLD stays pending).
 pub(crate) fn pending() -> Option<Received> {
-    match take(&WATCHER_SET, Duration::ZERO) {
+    match take(&sets().watcher, Duration::ZERO) {
         Woken::Signal(r) => Some(r),
         _ => None,
     }
@@ -86,12 +129,13 @@ pub(crate) fn pending() -> Option<Received> {
 
 fn take(signals: &[i32], timeout: Duration) -> Woken {
     match sys::take_signal(&SigSet::of(signals), timeout) {
-        Some((libc::SIGCHLD, _)) => Woken::Child,
-        Some((s, code)) if FORWARDED.contains(&s) => Woken::Signal(Received {
-            signal: s,
-            from_terminal: code == libc::SI_KERNEL,
+        Some(t) if t.signal == libc::SIGCHLD => Woken::Child,
+        Some(t) if t.signal == WAKE && t.sent_by_this_process() => Woken::Wake,
+        Some(t) if is_forwarded(t.signal) => Woken::Signal(Received {
+            signal: t.signal,
+            from_terminal: t.code == libc::SI_KERNEL,
         }),
-        _ => Woken::Wake, // WAKE, timeout or EINTR
+        _ => Woken::Wake, // timeout or EINTR
     }
 }
 
@@ -245,7 +289,7 @@ impl Interrupt {
             .spawn(move || {
                 let _ = tx.send(Thread::current());
                 while !stopped.load(Ordering::SeqCst) {
-                    if let Woken::Signal(r) = take(&WATCHER_SET, Duration::from_secs(1)) {
+                    if let Woken::Signal(r) = take(&sets().watcher, Duration::from_secs(1)) {
                         state.fire(r.signal);
                     }
                 }

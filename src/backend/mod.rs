@@ -155,11 +155,16 @@ impl Holder {
         }
     }
 
-    /// "host-a pid 4242" (or what is known of it), for messages.
+    /// "host-a pid 4242" (or what is known of it), for messages; the host is escaped for a
+    /// terminal ([`crate::report::clean`]): it came from a server or another process.
     pub(crate) fn short(&self) -> String {
-        match (&self.host, self.pid) {
+        let host = self
+            .host
+            .as_deref()
+            .map(|h| crate::report::clean(h, crate::report::MAX_FIELD));
+        match (host, self.pid) {
             (Some(h), Some(p)) => format!("{h} pid {p}"),
-            (Some(h), None) => h.clone(),
+            (Some(h), None) => h,
             (None, Some(p)) => format!("pid {p}"),
             (None, None) => "an unknown holder".into(),
         }

@@ -15,8 +15,8 @@ pub(crate) mod spawn;
 pub(crate) use fs::{Inotify, flock, ofd_lock, poll_readable};
 pub(crate) use process::{PidFd, become_subreaper, kill, wait_pid, waitid_exited_nowait};
 pub(crate) use signal::{
-    SigSet, Thread, block_signals, install_interrupting_handler, is_ignored, reset_to_default,
-    take_signal,
+    SigSet, Thread, block_signals, install_interrupting_handler, interrupting_signal, is_ignored,
+    reset_to_default, take_signal,
 };
 
 use std::time::Duration;

@@ -33,9 +33,30 @@ pub(crate) fn block_signals(set: &SigSet) -> io::Result<()> {
     Ok(())
 }
 
+/// A signal taken by [`take_signal`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Taken {
+    /// The signal number.
+    pub(crate) signal: i32,
+    /// `si_code`: `SI_KERNEL` from the terminal, `SI_USER` from kill(2), `SI_TKILL` from
+    /// tgkill/pthread_kill, ...
+    pub(crate) code: i32,
+    /// `si_pid`: the sender, for signals sent by a process.
+    pub(crate) pid: libc::pid_t,
+}
+
+impl Taken {
+    /// Sent by a thread of this process (pthread_kill), not by another process or the kernel.
+    /// Judged by the sender's pid only: `si_code` for pthread_kill is `SI_TKILL` on Linux but
+    /// `SI_USER` in some sandboxes (seen here).
+    pub(crate) fn sent_by_this_process(&self) -> bool {
+        self.code <= 0 && self.pid as u32 == std::process::id()
+    }
+}
+
 /// Takes one pending signal of `set` (which must be blocked in this thread), waiting up to
-/// `timeout`: `Some((signal, si_code))`, or `None` on timeout or EINTR.
-pub(crate) fn take_signal(set: &SigSet, timeout: Duration) -> Option<(i32, i32)> {
+/// `timeout`; `None` on timeout or EINTR.
+pub(crate) fn take_signal(set: &SigSet, timeout: Duration) -> Option<Taken> {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -44,7 +65,24 @@ pub(crate) fn take_signal(set: &SigSet, timeout: Duration) -> Option<(i32, i32)>
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointers to the set, the siginfo and the timeout, all outliving the call.
     let sig = unsafe { libc::sigtimedwait(&set.0, &mut info, &ts) };
-    (sig > 0).then_some((sig, info.si_code))
+    if sig <= 0 {
+        return None;
+    }
+    // SAFETY: sigtimedwait filled in the siginfo; si_pid reads the sender field, which is set
+    // for user- and thread-sent signals and zero (never garbage: the struct was zeroed) else.
+    let pid = unsafe { info.si_pid() };
+    Some(Taken {
+        signal: sig,
+        code: info.si_code,
+        pid,
+    })
+}
+
+/// The signal the file backend sends a thread to end its blocked `flock` (see
+/// [`install_interrupting_handler`]): the first real-time signal the C library leaves free, so
+/// that every classic signal stays free for dlock to forward.
+pub(crate) fn interrupting_signal() -> i32 {
+    libc::SIGRTMIN()
 }
 
 /// Whether `sig`'s disposition is "ignore" (inherited from `nohup`, say).
@@ -95,5 +133,24 @@ impl Thread {
         // SAFETY: pthread_kill on a live thread's id; the liveness is the caller's contract
         // above (a dead thread's id is undefined behaviour in POSIX, ESRCH in glibc).
         unsafe { libc::pthread_kill(self.0, sig) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_from_this_thread_is_known_as_ours() {
+        let set = SigSet::of(&[libc::SIGUSR2]);
+        block_signals(&set).unwrap();
+        Thread::current().signal(libc::SIGUSR2);
+        let t = take_signal(&set, Duration::from_secs(1)).expect("pending");
+        assert_eq!(t.signal, libc::SIGUSR2);
+        assert!(
+            t.sent_by_this_process(),
+            "{t:?} (pid {})",
+            std::process::id()
+        );
     }
 }

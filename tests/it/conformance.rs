@@ -28,6 +28,7 @@ macro_rules! conformance {
             status_reports_the_holder,
             break_stops_the_holder_with_79,
             interrupt_while_waiting_leaves_nothing_behind,
+            hostile_holder_metadata_never_reaches_the_terminal,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -246,8 +247,19 @@ pub(crate) fn mutual_exclusion_and_growing_tokens(b: &TestBackend) {
     );
 }
 
+/// INT, TERM and HUP — and every other signal whose default action would end dlock (QUIT,
+/// USR1 from another process, USR2, ALRM; regression: these killed dlock and left a Redis lock
+/// held for its TTL) — reach the command, free the lock at once, and end dlock with 128+N.
 pub(crate) fn each_signal_reaches_the_command_and_frees_the_lock(b: &TestBackend) {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+    for sig in [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGALRM,
+    ] {
         let key = unique_key("signal");
         let dir = scratch("signal");
         let (m, got, sleeper) = (
@@ -473,4 +485,40 @@ pub(crate) fn wait_until_waiting(b: &TestBackend, key: &str, n: u64) {
     wait_until(Duration::from_secs(10), "the waiter to be queued", || {
         b.status(key)["waiters"].as_u64().is_some_and(|w| w >= n)
     });
+}
+
+/// A holder whose command line carries terminal escapes and fake lines (another user's job, or
+/// a forged record) is shown escaped by `status`, `break` and the "busy" error; `--json` keeps
+/// it exact. Regression: they were printed raw (an operator's terminal retitled and cleared).
+pub(crate) fn hostile_holder_metadata_never_reaches_the_terminal(b: &TestBackend) {
+    let key = unique_key("hostile");
+    let dir = scratch("hostile");
+    let m = dir.join("pid");
+    let evil = ["\x1b]0;pwned\x07\x1b[2J", "\nFAKE: held by nobody\r"];
+    let script = format!("echo $$ > {}; exec sleep 60", m.display());
+    let mut cmd = b.run(&key, &[], &["sh", "-c", &script, evil[0], evil[1]]);
+    let holder = Proc::spawn(&mut cmd);
+    wait_for_file(&m, b.ttl + Duration::from_secs(10));
+    let clean = |text: &[u8], what: &str| {
+        let text = String::from_utf8_lossy(text);
+        assert!(
+            !text.contains(['\x1b', '\x07', '\r']) && !text.contains("\nFAKE"),
+            "{what} printed a raw control character: {text:?}"
+        );
+        assert!(
+            text.contains("\\x1b]0;pwned"),
+            "{what} hides the command: {text:?}"
+        );
+    };
+    let out = run_ok(b.cmd("status").args(["-k", &key]));
+    clean(&out.stdout, "status");
+    let busy = run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
+    let line = one_error_line(&busy);
+    assert!(!line.contains('\x1b'), "busy error: {line:?}");
+    let json = b.status(&key);
+    let command = json["holders"][0]["command"].as_str().unwrap_or_default();
+    assert!(command.contains(evil[0]), "--json is exact: {json}");
+    let out = run_ok(b.cmd("break").args(["-k", &key]));
+    clean(&out.stdout, "break");
+    holder.wait(Duration::from_secs(10));
 }

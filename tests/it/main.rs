@@ -8,6 +8,7 @@ mod file;
 mod generated;
 mod modes;
 mod mysql;
+mod partition;
 mod redis;
 mod redlock;
 mod servers;

@@ -2,7 +2,7 @@
 //!
 //! - The kernel is the lock server: it releases on process death, and a blocked `flock` is the
 //!   waiting (no polling). A deadline or a signal interrupts the blocked call with a thread-directed
-//!   `SIGALRM` whose handler has no `SA_RESTART`, as `flock -w` does.
+//!   signal whose handler has no `SA_RESTART`, as `flock -w` does with SIGALRM.
 //! - The lock file holds a small JSON document: the fencing counter and the holder's metadata,
 //!   written while holding. The first token of a new file is the wall clock in microseconds, so
 //!   tokens keep growing even after `break` (or a cleaner) removed the file.

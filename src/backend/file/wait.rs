@@ -1,6 +1,7 @@
 //! Blocking on a lock file: `flock` and the gate (an OFD byte lock), with a deadline and
 //! signals. A blocked `flock` cannot be given a timeout, so a helper thread interrupts it with a
-//! thread-directed `SIGALRM` whose handler has no `SA_RESTART`, as `flock -w` does.
+//! thread-directed signal (a real-time one, [`sys::interrupting_signal`]) whose handler has no
+//! `SA_RESTART`, as `flock -w` does with SIGALRM.
 
 use std::fs::File;
 use std::io;
@@ -71,10 +72,10 @@ pub(super) fn unlock_gate(file: &File) {
     let _ = sys::ofd_lock(file, libc::F_OFD_SETLK, libc::F_UNLCK);
 }
 
-/// The handler that lets a thread-directed SIGALRM end a blocked `flock` with EINTR.
+/// The handler that lets a thread-directed signal end a blocked `flock` with EINTR.
 fn install_wake_handler() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| sys::install_interrupting_handler(libc::SIGALRM));
+    ONCE.call_once(|| sys::install_interrupting_handler(sys::interrupting_signal()));
 }
 
 /// Blocks in `op` until acquired, `deadline`, or the interrupt. A helper thread
@@ -145,7 +146,7 @@ fn alarm_thread(state: &(Mutex<Alarm>, Condvar), target: Thread, until: Option<I
         let due = s.interrupted || until.is_some_and(|t| Instant::now() >= t);
         let wait = if due {
             // `target` is alive until it sets `done` and joins us.
-            target.signal(libc::SIGALRM);
+            target.signal(sys::interrupting_signal());
             Some(Duration::from_millis(10))
         } else {
             until.map(|t| t.saturating_duration_since(Instant::now()))

@@ -53,6 +53,14 @@ const MAX_SLICE: Duration = Duration::from_secs(2);
 fn max_slice(ttl: Duration) -> Duration {
     MAX_SLICE.min(ttl / 3)
 }
+/// The session's `wait_timeout` (whole seconds) for a lease of `ttl`: rounded *up*. The server
+/// drops an idle connection, and so frees its lock, `wait_timeout` after the last statement; the
+/// client's lease deadline is `ttl` (less a margin) after it sent one. Rounded down, a `--ttl
+/// 1900ms` gave 1 s, and a partitioned holder's lock went to a waiter while its command ran on.
+fn wait_timeout_secs(ttl: Duration) -> u64 {
+    (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
+}
+
 const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/dlock";
 const TABLE: &str = "dlock_locks";
 /// The server's uptime in seconds, for [`super::hold_back_until`]: a restarted server has
@@ -483,7 +491,7 @@ impl MysqlBackend {
     /// the server, in slices) until `req.deadline`; returns the connection that holds it and
     /// when the request that got it was sent.
     fn get_lock(&self, name: &str, req: &Request<'_>) -> anyhow::Result<(Conn, BootInstant)> {
-        let ttl_secs = req.ttl.as_secs().max(1);
+        let ttl_secs = wait_timeout_secs(req.ttl);
         // One connection for the whole wait (a failed GET_LOCK leaves it usable); its read
         // timeout outlasts the longest server-side wait.
         let mut con = self.connect(MAX_SLICE + COMMAND_TIMEOUT)?;
@@ -624,5 +632,26 @@ impl Lease for MysqlLease {
             // Closing the connection releases it in any case.
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_servers_timeout_is_never_shorter_than_the_lease() {
+        for (ms, secs) in [
+            (300, 1),
+            (1000, 1),
+            (1001, 2),
+            (1900, 2),
+            (2500, 3),
+            (30_000, 30),
+        ] {
+            let ttl = Duration::from_millis(ms);
+            assert_eq!(wait_timeout_secs(ttl), secs, "{ttl:?}");
+            assert!(Duration::from_secs(wait_timeout_secs(ttl)) >= ttl);
+        }
     }
 }

@@ -7,7 +7,10 @@ use std::time::Duration;
 use mysql::Conn;
 use mysql::prelude::Queryable;
 
-use super::{COMMAND_TIMEOUT, MAX_SLICE, MysqlBackend, hex, last_value, max_slice, slot_prefix};
+use super::{
+    COMMAND_TIMEOUT, MAX_SLICE, MysqlBackend, hex, last_value, max_slice, slot_prefix,
+    wait_timeout_secs,
+};
 use crate::backend::{Deadline, Holder, Lease, Request};
 use crate::clock::BootInstant;
 use crate::exit::Interrupted;
@@ -31,7 +34,7 @@ impl MysqlBackend {
     pub(super) fn acquire_slot(&self, req: &Request<'_>, n: u32) -> anyhow::Result<Box<dyn Lease>> {
         let prefix = slot_prefix(req.key);
         let slots: Vec<String> = (1..=n).map(|i| format!("{prefix}{i}")).collect();
-        let ttl_secs = req.ttl.as_secs().max(1);
+        let ttl_secs = wait_timeout_secs(req.ttl);
         let session = format!("SET SESSION wait_timeout = {ttl_secs}; ");
         let take_any = any_slot_sql(&slots);
         let mut con = self.connect(MAX_SLICE + COMMAND_TIMEOUT)?;

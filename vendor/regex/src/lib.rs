@@ -116,7 +116,11 @@ pub mod bytes {
         /// Every pattern mysql_common 0.37 compiles (`.ci/run` fails when its source has
         /// another count of `Regex::new(`), with what each must and must not match.
         /// A pattern, haystacks it must match, haystacks it must not.
-        type Case = (&'static str, &'static [&'static [u8]], &'static [&'static [u8]]);
+        type Case = (
+            &'static str,
+            &'static [&'static [u8]],
+            &'static [&'static [u8]],
+        );
 
         const PATTERNS: &[Case] = &[
             (

@@ -1,0 +1,214 @@
+//! The asymmetric partition: the holder's connections are black-holed by a TCP proxy (they stay
+//! open, nothing gets through either way) while a waiter reaches the server directly. The
+//! holder's command writes a heartbeat every 20 ms; the waiter's command records when it starts.
+//! Safety means the holder's last heartbeat precedes the waiter's start: the holder stopped its
+//! command before the server let the lock go. Run with a fractional `--ttl` (a server timeout
+//! rounded down from it once let MySQL free the lock early) and with a command that ignores
+//! SIGTERM (only the SIGKILL at the deadline stops it).
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use crate::servers::*;
+use crate::util::*;
+
+/// A TCP proxy on a free loopback port that forwards to `127.0.0.1:upstream` until
+/// [`Proxy::black_hole`], and from then on reads and drops everything, both ways.
+pub(crate) struct Proxy {
+    pub(crate) port: u16,
+    holed: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    pub(crate) fn to(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let holed = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (h, s) = (holed.clone(), stop.clone());
+        thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        client.set_nonblocking(false).unwrap();
+                        let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                            continue;
+                        };
+                        for (from, to) in [
+                            (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                            (server, client),
+                        ] {
+                            let (h, s) = (h.clone(), s.clone());
+                            thread::spawn(move || pump(from, to, &h, &s));
+                        }
+                    }
+                    Err(_) => thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Proxy { port, holed, stop }
+    }
+
+    /// From now on nothing gets through, and no connection is closed.
+    pub(crate) fn black_hole(&self) {
+        self.holed.store(true, Ordering::SeqCst);
+    }
+
+    /// `url` with `127.0.0.1:<upstream>` replaced by this proxy.
+    fn rewrite(&self, url: &str, upstream: u16) -> String {
+        url.replace(
+            &format!("127.0.0.1:{upstream}"),
+            &format!("127.0.0.1:{}", self.port),
+        )
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, holed: &AtomicBool, stop: &AtomicBool) {
+    from.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut buf = [0u8; 16384];
+    while !stop.load(Ordering::SeqCst) {
+        match from.read(&mut buf) {
+            Ok(0) if !holed.load(Ordering::SeqCst) => break,
+            Ok(0) => thread::sleep(Duration::from_millis(100)), // a black hole closes nothing
+            Ok(n) if !holed.load(Ordering::SeqCst) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    if !holed.load(Ordering::SeqCst) {
+        let _ = to.shutdown(Shutdown::Write);
+    }
+}
+
+/// Every `127.0.0.1:PORT` in `url` behind its own proxy.
+fn proxied(url: &str) -> (String, Vec<Proxy>) {
+    let mut out = url.to_string();
+    let mut proxies = Vec::new();
+    let mut rest = url;
+    while let Some(i) = rest.find("127.0.0.1:") {
+        rest = &rest[i + 10..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let upstream: u16 = digits.parse().unwrap();
+        let p = Proxy::to(upstream);
+        out = p.rewrite(&out, upstream);
+        proxies.push(p);
+    }
+    (out, proxies)
+}
+
+/// The case: `make` builds the backend for a URL (list); `urls` reach the servers directly.
+fn partition(label: &str, urls: &[String], make: fn(&[String]) -> TestBackend, ignore_term: bool) {
+    let ttl = Duration::from_millis(1900);
+    let mut proxies = Vec::new();
+    let holder_urls: Vec<String> = urls
+        .iter()
+        .map(|u| {
+            let (u, p) = proxied(u);
+            proxies.extend(p);
+            u
+        })
+        .collect();
+    let holder_b = TestBackend {
+        ttl,
+        ..make(&holder_urls)
+    };
+    let waiter_b = TestBackend { ttl, ..make(urls) };
+    let key = unique_key(if ignore_term {
+        "partition-term"
+    } else {
+        "partition"
+    });
+    let dir = scratch("partition");
+    let (hb, start) = (dir.join("hb"), dir.join("start"));
+    let trap = if ignore_term { "trap '' TERM; " } else { "" };
+    let beat = format!(
+        "{trap}while :; do date +%s%N >> {}; sleep 0.02; done",
+        hb.display()
+    );
+    let holder = Proc::spawn(&mut holder_b.run(&key, &[], &sh(&beat)));
+    wait_for_file(&hb, Duration::from_secs(15));
+    for p in &proxies {
+        p.black_hole();
+    }
+    let waiter = Proc::spawn(&mut waiter_b.run(
+        &key,
+        &["--wait", "30s"],
+        &sh(&format!("date +%s%N > {}", start.display())),
+    ));
+    let (out, _) = holder.wait(Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    let (out, _) = waiter.wait(Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let last_beat: u128 = std::fs::read_to_string(&hb)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .max()
+        .unwrap();
+    let started: u128 = wait_for_file(&start, Duration::from_secs(5))
+        .parse()
+        .unwrap();
+    let margin_ms = (started as i128 - last_beat as i128) as f64 / 1e6;
+    eprintln!(
+        "partition margin ({label}, ttl 1900ms{}): holder's last heartbeat -> waiter's start = {margin_ms:.0} ms",
+        if ignore_term { ", SIGTERM ignored" } else { "" }
+    );
+    assert!(
+        last_beat < started,
+        "the holder's command ran {:.0} ms after the waiter's started",
+        -margin_ms
+    );
+}
+
+macro_rules! partition_cases {
+    ($name:ident, $urls:expr, $make:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn holder_stops_before_the_waiter_starts() {
+                let Some(urls) = $urls else { return };
+                partition(stringify!($name), &urls, $make, false);
+            }
+
+            #[test]
+            fn holder_ignoring_sigterm_stops_before_the_waiter_starts() {
+                let Some(urls) = $urls else { return };
+                partition(stringify!($name), &urls, $make, true);
+            }
+        }
+    };
+}
+
+partition_cases!(redis, shared_redis().map(|u| vec![u]), |u| {
+    TestBackend::redis(&u[0])
+});
+partition_cases!(mysql, shared_mariadb().map(|m| vec![m.url()]), |u| {
+    TestBackend::mysql(&u[0])
+});
+partition_cases!(zookeeper, shared_zookeeper().map(|z| vec![z.url()]), |u| {
+    TestBackend::zookeeper(&u[0])
+});
+partition_cases!(redlock, shared_redlock(), TestBackend::redlock);
