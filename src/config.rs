@@ -113,7 +113,12 @@ pub(crate) struct Target {
 impl Target {
     fn from_args(args: &cli::BackendArgs) -> Result<Target, Usage> {
         let mut schemes = Vec::new();
+        // clap splits --url and DLOCK_URL at spaces (several URLs for Redlock): a password with
+        // a raw space in it is only whole in the joined text.
+        crate::report::hide_secrets(&secrets(&args.urls.join(" ")));
         for url in &args.urls {
+            // Whatever a parser later says about this URL, no piece of its password is printed.
+            crate::report::hide_secrets(&secrets(url));
             let scheme = url.split_once("://").map(|(s, _)| s).or_else(|| {
                 // `unix:/path` and `file:/path` have no authority part.
                 url.split_once(':')
@@ -342,22 +347,67 @@ impl KeyConfig {
     }
 }
 
-/// The URL with any password replaced by `***`, for messages. Works on URLs it cannot parse
-/// too: whatever stands between the first `:` and the last `@` of the authority is hidden.
+/// The URL with any password replaced by `***`, for messages — whether or not it parses, since
+/// a URL that does not parse is exactly the one whose password may sit where a parser would not
+/// look (a raw `/`, `?`, `#` or space in it, a missing `//` or scheme):
+/// - everything between the start of the authority (after `scheme://`, `scheme:` or nothing)
+///   and the *last* `@` of the whole URL is user information: the user name (up to the first
+///   `:`) is kept, the rest hidden;
+/// - the values of query parameters that name a secret (`pass`, `password`, `passwd`, `pwd`,
+///   `secret`, `token`, `auth`) are hidden.
+///
+/// `file:` URLs carry no credentials and are left as they are.
 pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let Some(at) = authority.rfind('@') else {
-        return url.to_string();
-    };
-    let (userinfo, host) = authority.split_at(at);
-    match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***{host}{tail}"),
-        None => url.to_string(),
+    let mut out = url.to_string();
+    for secret in secrets(url) {
+        out = out.replacen(&secret, "***", 1);
     }
+    out
+}
+
+/// The parts of `url` that [`redact`] hides: the password of its user information and the
+/// values of secret-naming query parameters.
+pub(crate) fn secrets(url: &str) -> Vec<String> {
+    if url.starts_with("file:") {
+        return Vec::new();
+    }
+    let (had_scheme, rest) = match url.split_once("://") {
+        Some((_, rest)) => (true, rest),
+        None => match url.split_once(':') {
+            // `redis:u:PW@h`: a known scheme without `//` (in `u:PW@h`, `u` is a user).
+            Some((scheme, rest)) if BackendKind::from_scheme(scheme).is_some() => (true, rest),
+            _ => (false, url),
+        },
+    };
+    let mut found = Vec::new();
+    if let Some(at) = rest.rfind('@') {
+        let userinfo = &rest[..at];
+        match userinfo.split_once(':') {
+            Some((_, pw)) if !pw.is_empty() => found.push(pw.to_string()),
+            Some(_) => {}
+            // Without a scheme there is no telling a user from a password.
+            None if !had_scheme && !userinfo.is_empty() => found.push(userinfo.to_string()),
+            None => {}
+        }
+    }
+    found.extend(secret_query_values(rest));
+    found
+}
+
+/// The values of secret-naming query parameters (see [`redact`]).
+fn secret_query_values(text: &str) -> Vec<String> {
+    const SECRETS: [&str; 7] = [
+        "pass", "password", "passwd", "pwd", "secret", "token", "auth",
+    ];
+    let Some((_, query)) = text.split_once('?') else {
+        return Vec::new();
+    };
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(k, v)| !v.is_empty() && SECRETS.iter().any(|s| k.eq_ignore_ascii_case(s)))
+        .map(|(_, v)| v.to_string())
+        .collect()
 }
 
 #[cfg(test)]
@@ -383,6 +433,33 @@ mod tests {
         assert_eq!(redact("redis://h:1"), "redis://h:1");
         assert_eq!(redact("redis://user@h"), "redis://user@h");
         assert_eq!(redact("file:///tmp/x@y:z"), "file:///tmp/x@y:z");
+    }
+
+    #[test]
+    fn redaction_works_on_urls_that_do_not_parse() {
+        let pw = "PW";
+        for url in [
+            "redis://u:P/W@h:1/0",
+            "redis://u:P?W@h",
+            "redis://u:P#W@h",
+            "redis://u:P W@h",
+            "redis:u:PW@h",
+            "u:PW@h",
+            "redis+unix:///s?pass=PW",
+            "redis+unix:///s?db=1&password=PW",
+            "mysql://u:PW@h/db?x=1",
+            "zk://u:P@W@h/chroot",
+            "rediss://:PW@@h",
+        ] {
+            let r = redact(url);
+            assert!(!r.contains(pw), "{url} -> {r}");
+            assert!(r.contains("***"), "{url} -> {r}");
+        }
+        assert_eq!(redact("redis://u:P/W@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(
+            redact("redis+unix:///s?pass=PW&db=1"),
+            "redis+unix:///s?pass=***&db=1"
+        );
     }
 
     #[test]

@@ -58,23 +58,58 @@ pub(crate) fn clean(text: &str, max: usize) -> String {
     out
 }
 
+/// Pieces of the passwords in the URLs given (see [`hide_secrets`]).
+static SECRETS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// From now on, no stderr line shows `secrets`, or any piece of one: a parser's error may
+/// quote a fragment of a URL it split in the wrong place ("bad port 'PW1'" for `u:PW1/PW2@h`),
+/// so each secret is also hidden piece by piece, split at the characters parsers split on.
+pub(crate) fn hide_secrets(secrets: &[String]) {
+    let mut hidden = SECRETS.lock().unwrap_or_else(|e| e.into_inner());
+    for s in secrets {
+        hidden.push(s.clone());
+        hidden.extend(
+            s.split(|c: char| !c.is_alphanumeric())
+                .filter(|p| p.len() >= 3 && p.len() < s.len())
+                .map(String::from),
+        );
+    }
+    // Longest first, so that a piece never cuts a longer secret in two.
+    hidden.sort_by_key(|s| std::cmp::Reverse(s.len()));
+}
+
+/// `line` without any registered secret.
+fn scrub(line: String) -> String {
+    let hidden = SECRETS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut line = line;
+    for s in hidden.iter() {
+        if line.contains(s.as_str()) {
+            line = line.replace(s.as_str(), "***");
+        }
+    }
+    line
+}
+
 /// An event line, shown with `-v` only.
 pub(crate) fn verbose(args: Arguments<'_>) {
     if level() >= Verbosity::Verbose as u8 {
-        eprintln!("dlock: {}", clean(&args.to_string(), MAX_LINE));
+        eprintln!("dlock: {}", clean(&scrub(args.to_string()), MAX_LINE));
     }
 }
 
 /// A warning, hidden by `-q`.
 pub(crate) fn warn(args: Arguments<'_>) {
     if level() >= Verbosity::Normal as u8 {
-        eprintln!("dlock: warning: {}", clean(&args.to_string(), MAX_LINE));
+        eprintln!(
+            "dlock: warning: {}",
+            clean(&scrub(args.to_string()), MAX_LINE)
+        );
     }
 }
 
 /// An error: always shown, one line (a newline in a server's message is escaped too).
 pub(crate) fn error(args: Arguments<'_>) {
-    eprintln!("dlock: {}", clean(&args.to_string(), MAX_LINE));
+    eprintln!("dlock: {}", clean(&scrub(args.to_string()), MAX_LINE));
 }
 
 /// A holder record's `since_ms` as a date; a value past the year 9999 (no real record has one)
