@@ -213,3 +213,28 @@ mod faults {
 
     crate::faults!(TestBackend::file());
 }
+
+/// A FIFO planted where a lock file belongs: `run`, `status` and `break` refuse it at once
+/// (69, one line). Regression: `status` and `break` opened it without O_NONBLOCK and blocked
+/// forever.
+#[test]
+fn a_fifo_in_place_of_the_lock_file_is_refused_at_once() {
+    let b = TestBackend::file();
+    let key = unique_key("fifo");
+    let path = lock_dir(&b).join(format!("{key}.lock"));
+    std::fs::create_dir_all(lock_dir(&b)).unwrap();
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for sub in [vec!["status", "-k", &key], vec!["break", "-k", &key]] {
+        let mut cmd = b.cmd(sub[0]);
+        let p = Proc::spawn(cmd.args(&sub[1..]));
+        let (out, took) = p.wait(Duration::from_secs(5));
+        assert_eq!(out.status.code(), Some(69), "{sub:?}: {}", describe(&out));
+        assert!(took < Duration::from_secs(2), "{sub:?} took {took:?}");
+        assert!(one_error_line(&out).contains("not a regular file"));
+    }
+    let out = run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 69);
+    assert!(one_error_line(&out).contains("not a regular file"));
+    std::fs::remove_file(&path).unwrap();
+}
