@@ -39,6 +39,8 @@ pub(crate) struct Busy {
     pub holder: Option<String>,
     /// True when a `--wait` deadline ran out, false for a `--no-wait` attempt.
     pub waited: bool,
+    /// Why it is busy when nobody else holds it (a lock held back after a server restart).
+    pub why: Option<String>,
 }
 
 impl fmt::Display for Busy {
@@ -50,6 +52,9 @@ impl fmt::Display for Busy {
         })?;
         if let Some(h) = &self.holder {
             write!(f, " (held by {h})")?;
+        }
+        if let Some(why) = &self.why {
+            write!(f, ": {why}")?;
         }
         Ok(())
     }
@@ -149,6 +154,7 @@ mod tests {
     fn typed_errors_choose_their_code_through_context() {
         let busy = anyhow::Error::new(Busy {
             holder: None,
+            why: None,
             waited: false,
         })
         .context("file: 'job'");

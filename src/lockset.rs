@@ -225,7 +225,9 @@ pub(crate) fn acquire(backend: &dyn Backend, want: &Want<'_>) -> anyhow::Result<
         .filter_map(|p| p.lease.held_back_until())
         .max()
     {
-        if let Err(e) = hold_back(&mut held.parts, until, want.interrupt) {
+        let result = announce_hold_back(&held.parts, until, want, backend_name)
+            .and_then(|()| hold_back(&mut held.parts, until, want.interrupt));
+        if let Err(e) = result {
             release_all(held.parts);
             return Err(e);
         }
@@ -285,6 +287,48 @@ fn acquire_one(
     }
 }
 
+/// Says at once (one line, unless `-q`) that the locks are held back, why and for how long; or,
+/// for a run that cannot wait that long (`--no-wait`, a `--wait` that ends first), returns the
+/// busy error that names the restart.
+fn announce_hold_back(
+    parts: &[Part],
+    until: BootInstant,
+    want: &Want<'_>,
+    backend: &str,
+) -> anyhow::Result<()> {
+    let young: Vec<&str> = parts
+        .iter()
+        .filter(|p| p.lease.held_back_until().is_some())
+        .map(|p| p.key.as_str())
+        .collect();
+    let left = until.remaining();
+    // Whole seconds, rounded up: the hold-back is never shorter than it says.
+    let says = Duration::from_secs(left.as_millis().div_ceil(1000) as u64);
+    let ago = crate::backend::hold_back_span(want.ttl).saturating_sub(says);
+    let why = format!(
+        "the {backend} server of '{}' restarted {} ago and may have forgotten a holder whose \
+         command still runs; its lock is held back for {} more",
+        young.join("', '"),
+        report::short_duration(ago),
+        report::short_duration(says)
+    );
+    let cannot_wait = match want.deadline {
+        Deadline::Now => true,
+        Deadline::At(t) => t < Instant::now() + left,
+        Deadline::Never => false,
+    };
+    if cannot_wait {
+        return Err(Busy {
+            holder: None,
+            waited: want.deadline != Deadline::Now,
+            why: Some(why),
+        }
+        .into());
+    }
+    report::notice(format_args!("{why} before the command starts"));
+    Ok(())
+}
+
 /// Keeps `parts` until `until`, renewing each when due, without starting the command (see
 /// [`crate::backend::hold_back_until`]). A signal ends the wait.
 fn hold_back(parts: &mut [Part], until: BootInstant, interrupt: &Interrupt) -> anyhow::Result<()> {
@@ -293,15 +337,10 @@ fn hold_back(parts: &mut [Part], until: BootInstant, interrupt: &Interrupt) -> a
         .filter(|p| p.lease.held_back_until().is_some())
         .map(|p| p.key.as_str())
         .collect();
-    // Whole seconds, rounded up: the hold-back is never shorter than it says.
-    let says = Duration::from_secs(until.remaining().as_millis().div_ceil(1000) as u64);
-    report::verbose(format_args!(
-        "'{}': the server has been up for less than the TTL and may have forgotten a holder in \
-         a restart: holding the lock for {} before starting the command",
-        young.join("', '"),
-        report::short_duration(says)
+    let _line = WaitingLine::saying(format!(
+        "holding '{}' back after a server restart",
+        young.join("', '")
     ));
-    let _line = WaitingLine::start(&young.join(", "));
     let while_ = "holding it back after a server restart";
     loop {
         if let Some(sig) = interrupt.fired() {
@@ -611,7 +650,7 @@ mod tests {
         let ttl = Duration::from_millis(300);
         mem.hold_back(Duration::from_millis(800));
         let (k, holder, interrupt) = (keys(&["a"]), me(), Interrupt::new());
-        let w = want(&k, ttl, Deadline::Now, &holder, &interrupt);
+        let w = want(&k, ttl, Deadline::Never, &holder, &interrupt);
         let started = Instant::now();
         let held = acquire(&mem, &w).expect("the lock is ours, held back");
         let took = started.elapsed();
@@ -634,6 +673,28 @@ mod tests {
                 > ttl
         );
         lease.release().unwrap();
+    }
+
+    #[test]
+    fn a_held_back_lock_is_busy_for_a_run_that_cannot_wait_that_long() {
+        let mem = Memory::new();
+        let ttl = Duration::from_secs(3);
+        mem.hold_back(Duration::from_secs(3));
+        let (k, holder, interrupt) = (keys(&["a", "b"]), me(), Interrupt::new());
+        let soon = Deadline::At(Instant::now() + Duration::from_secs(1));
+        for deadline in [Deadline::Now, soon] {
+            let started = Instant::now();
+            let w = want(&k, ttl, deadline, &holder, &interrupt);
+            let err = acquire(&mem, &w).err().expect("busy");
+            let busy = err.downcast_ref::<Busy>().expect("a Busy error");
+            let why = busy.why.as_deref().unwrap_or_default();
+            assert!(
+                why.contains("restarted") && why.contains("held back"),
+                "{err:#}"
+            );
+            assert!(started.elapsed() < Duration::from_millis(500), "at once");
+            assert_eq!((mem.holder_pid("a"), mem.holder_pid("b")), (None, None));
+        }
     }
 
     #[test]

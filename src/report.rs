@@ -97,6 +97,13 @@ pub(crate) fn verbose(args: Arguments<'_>) {
     }
 }
 
+/// A notice of something the user should know (a lock held back), hidden by `-q`.
+pub(crate) fn notice(args: Arguments<'_>) {
+    if level() >= Verbosity::Normal as u8 {
+        eprintln!("dlock: {}", clean(&scrub(args.to_string()), MAX_LINE));
+    }
+}
+
 /// A warning, hidden by `-q`.
 pub(crate) fn warn(args: Arguments<'_>) {
     if level() >= Verbosity::Normal as u8 {
@@ -149,12 +156,18 @@ pub(crate) struct WaitingLine {
 impl WaitingLine {
     /// Starts the line for `key` (it appears only after a second).
     pub(crate) fn start(key: &str) -> WaitingLine {
+        WaitingLine::saying(format!("waiting for '{key}'"))
+    }
+
+    /// Starts a line that says `what` ("waiting for 'job'"), then who holds the lock if known,
+    /// then how long it has been.
+    pub(crate) fn saying(what: String) -> WaitingLine {
         let holder = Arc::new(Mutex::new(None::<Holder>));
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let thread =
             (level() >= Verbosity::Normal as u8 && std::io::stderr().is_terminal()).then(|| {
-                let (holder, stop, key) = (holder.clone(), stop.clone(), key.to_string());
-                std::thread::spawn(move || draw(&key, &holder, &stop))
+                let (holder, stop) = (holder.clone(), stop.clone());
+                std::thread::spawn(move || draw(&what, &holder, &stop))
             });
         WaitingLine {
             holder,
@@ -179,7 +192,7 @@ impl Drop for WaitingLine {
     }
 }
 
-fn draw(key: &str, holder: &Mutex<Option<Holder>>, stop: &(Mutex<bool>, Condvar)) {
+fn draw(what: &str, holder: &Mutex<Option<Holder>>, stop: &(Mutex<bool>, Condvar)) {
     let started = Instant::now();
     let mut drawn = false;
     let mut stopped = stop.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -205,7 +218,7 @@ fn draw(key: &str, holder: &Mutex<Option<Holder>>, stop: &(Mutex<bool>, Condvar)
         };
         let waited = short_duration(started.elapsed());
         let by = clean(&by, MAX_FIELD * 2);
-        let _ = write!(err, "\r\x1b[Kdlock: waiting for '{key}'{by}… {waited}");
+        let _ = write!(err, "\r\x1b[Kdlock: {what}{by}… {waited}");
         let _ = err.flush();
         drawn = true;
     }

@@ -275,6 +275,7 @@ impl Request<'_> {
         Busy {
             holder: holder.map(Holder::short),
             waited,
+            why: None,
         }
         .into()
     }
@@ -294,10 +295,16 @@ impl Request<'_> {
 /// it says: a server started at 10.9 s says 1 at 11.0 s. The hold-back counts one second more
 /// (CI saw a command start 2.04 s after a restart with a 3 s TTL without it).
 pub(crate) fn hold_back_until(uptime_s: u64, ttl: Duration) -> Option<BootInstant> {
-    let need = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0) + 1;
+    let need = hold_back_span(ttl).as_secs();
     // Counted from now, when the uptime has been read: the server started less than
     // `uptime_s + 1` seconds ago.
     (uptime_s < need).then(|| BootInstant::now() + Duration::from_secs(need - uptime_s))
+}
+
+/// How long after a restart a server's locks are held back: the TTL rounded up to whole
+/// seconds, plus one (see [`hold_back_until`]).
+pub(crate) fn hold_back_span(ttl: Duration) -> Duration {
+    Duration::from_secs(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0) + 1)
 }
 
 /// A lock backend. Implementations are used from the main thread only; a held lock lives on as a

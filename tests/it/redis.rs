@@ -329,7 +329,8 @@ fn fault_server_killed_and_restarted() {
 /// A lock granted by a server up for less than the TTL is held back until the server has been
 /// up for a TTL (a holder from before a restart may still run), and renewed meanwhile: the
 /// command then runs for longer than a TTL on that lease. A signal in the hold-back ends it
-/// (143) and gives every key back.
+/// (143) and gives every key back. The hold-back is announced at once; a run that cannot wait
+/// for it is busy (regression: a fresh server stalled even --no-wait runs, silently).
 #[test]
 fn a_restarted_server_holds_the_lock_back() {
     let Some(mut server) = Redis::start(&[]) else {
@@ -376,7 +377,36 @@ fn a_restarted_server_holds_the_lock_back() {
         (started_ns - before_ns) / 1_000_000
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("holding the lock for"), "{err}");
+    assert!(
+        err.contains("restarted") && err.contains("held back for"),
+        "{err}"
+    );
+
+    // Said at once, on one line, without -v; --no-wait and a short --wait are busy (75) at
+    // once, naming the restart, and leave nothing held.
+    server.restart();
+    let p = Proc::spawn(&mut b.run(&k1, &[], &["true"]));
+    let (out, took) = p.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(took >= b.ttl, "{took:?}");
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("restarted") && line.contains("before the command starts"),
+        "{line}"
+    );
+    server.restart();
+    for extra in [vec!["--no-wait"], vec!["--wait", "1s"]] {
+        let p = Proc::spawn(&mut b.run(&k1, &extra, &["true"]));
+        let (out, took) = p.wait(Duration::from_secs(10));
+        assert_eq!(out.status.code(), Some(75), "{extra:?}: {}", describe(&out));
+        assert!(took < Duration::from_secs(1), "{extra:?} took {took:?}");
+        assert!(
+            one_error_line(&out).contains("restarted"),
+            "{}",
+            describe(&out)
+        );
+        assert_eq!(b.status(&k1)["held"], false, "given back");
+    }
 }
 
 /// Sleeps until the wall clock is `ms` milliseconds into a second; returns that time.
