@@ -75,12 +75,12 @@ fn clap_error(e: &clap::Error) -> u8 {
         .collect();
     let line = first.join(" ");
     let line = line.strip_prefix("error: ").unwrap_or(&line);
-    report::error(format_args!("{line} (see --help)"));
+    report::usage_error(format_args!("{line} (see --help)"));
     exit::USAGE
 }
 
 fn usage(e: &Usage) -> u8 {
-    report::error(format_args!("{e}"));
+    report::usage_error(format_args!("{e}"));
     exit::USAGE
 }
 
@@ -88,7 +88,7 @@ fn usage(e: &Usage) -> u8 {
 fn fail(backend: &str, err: &anyhow::Error, conflict_code: u8) -> u8 {
     let code = exit::code_for(err, conflict_code);
     if code == exit::USAGE {
-        report::error(format_args!("{err:#}"));
+        report::usage_error(format_args!("{err:#}"));
     } else {
         report::error(format_args!("{backend}: {err:#}"));
     }

@@ -304,12 +304,16 @@ fn announce_hold_back(
     let left = until.remaining();
     // Whole seconds, rounded up: the hold-back is never shorter than it says.
     let says = Duration::from_secs(left.as_millis().div_ceil(1000) as u64);
-    let ago = crate::backend::hold_back_span(want.ttl).saturating_sub(says);
+    // The server's uptime: the span of a hold-back less what is left of it.
+    let up = crate::backend::hold_back_span(want.ttl).saturating_sub(left);
+    let ago = match up.as_secs() {
+        0 => "less than a second".to_string(),
+        s => report::short_duration(Duration::from_secs(s)),
+    };
     let why = format!(
-        "the {backend} server of '{}' restarted {} ago and may have forgotten a holder whose \
+        "the {backend} server of '{}' restarted {ago} ago and may have forgotten a holder whose \
          command still runs; its lock is held back for {} more",
         young.join("', '"),
-        report::short_duration(ago),
         report::short_duration(says)
     );
     let cannot_wait = match want.deadline {

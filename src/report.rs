@@ -61,9 +61,11 @@ pub(crate) fn clean(text: &str, max: usize) -> String {
 /// Pieces of the passwords in the URLs given (see [`hide_secrets`]).
 static SECRETS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-/// From now on, no stderr line shows `secrets`, or any piece of one: a parser's error may
-/// quote a fragment of a URL it split in the wrong place ("bad port 'PW1'" for `u:PW1/PW2@h`),
-/// so each secret is also hidden piece by piece, split at the characters parsers split on.
+/// From now on, no usage error ([`usage_error`]) shows `secrets`, or any piece of one: a URL
+/// parser's error may quote a fragment of a URL it split in the wrong place ("bad port 'PW1'"
+/// for `u:PW1/PW2@h`), so each secret is also hidden piece by piece, split at the characters
+/// parsers split on. (Only usage errors: URLs are parsed before anything else happens, and a
+/// password that is a common word must not blank it out of every other message.)
 pub(crate) fn hide_secrets(secrets: &[String]) {
     let mut hidden = SECRETS.lock().unwrap_or_else(|e| e.into_inner());
     for s in secrets {
@@ -93,14 +95,14 @@ fn scrub(line: String) -> String {
 /// An event line, shown with `-v` only.
 pub(crate) fn verbose(args: Arguments<'_>) {
     if level() >= Verbosity::Verbose as u8 {
-        eprintln!("dlock: {}", clean(&scrub(args.to_string()), MAX_LINE));
+        eprintln!("dlock: {}", clean(&args.to_string(), MAX_LINE));
     }
 }
 
 /// A notice of something the user should know (a lock held back), hidden by `-q`.
 pub(crate) fn notice(args: Arguments<'_>) {
     if level() >= Verbosity::Normal as u8 {
-        eprintln!("dlock: {}", clean(&scrub(args.to_string()), MAX_LINE));
+        eprintln!("dlock: {}", clean(&args.to_string(), MAX_LINE));
     }
 }
 
@@ -116,6 +118,12 @@ pub(crate) fn warn(args: Arguments<'_>) {
 
 /// An error: always shown, one line (a newline in a server's message is escaped too).
 pub(crate) fn error(args: Arguments<'_>) {
+    eprintln!("dlock: {}", clean(&args.to_string(), MAX_LINE));
+}
+
+/// A usage error (exit 2), which may quote a URL: as [`error`], without any secret of the URLs
+/// given ([`hide_secrets`]).
+pub(crate) fn usage_error(args: Arguments<'_>) {
     eprintln!("dlock: {}", clean(&scrub(args.to_string()), MAX_LINE));
 }
 

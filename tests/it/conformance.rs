@@ -450,7 +450,8 @@ pub(crate) fn paused_server_stops_the_command_in_time(b: &TestBackend, pause: im
     assert_eq!(b.ttl, Duration::from_millis(1500));
     let key = unique_key("paused");
     // The grace is clamped to ttl/3 (500 ms), so SIGTERM comes 500 ms before the deadline.
-    let (p, child) = b.hold(&key, &["--kill-grace", "5s"]);
+    // -q: the test's fresh server holds the lock back, and says so, before the command starts.
+    let (p, child) = b.hold(&key, &["--kill-grace", "5s", "-q"]);
     pause(true);
     let paused = Instant::now();
     let died = wait_until(Duration::from_secs(10), "the command to be stopped", || {

@@ -238,3 +238,58 @@ fn a_fifo_in_place_of_the_lock_file_is_refused_at_once() {
     assert!(one_error_line(&out).contains("not a regular file"));
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A shared lock directory (mode 1777, like /tmp) used by two users: the second user's dlock
+/// waits for the lock (75 with --no-wait), takes it when free, and the first user takes it back
+/// from a file the second user created. Regression: lock files were created 0644 (the umask),
+/// and the second user got 69 "Permission denied". Needs root (to run as `nobody`).
+#[test]
+fn a_shared_directory_works_for_every_user() {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 || !crate::servers::available("runuser") {
+        eprintln!("skipped: needs root and runuser to act as a second user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::path::PathBuf::from(format!("/tmp/dlock-shared-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let url = format!("file://{}", dir.display());
+    let as_nobody = |args: &[&str]| {
+        let mut c = std::process::Command::new("runuser");
+        c.args(["-u", "nobody", "--", DLOCK, "run", "--url", &url])
+            .args(args);
+        c
+    };
+    for key in [unique_key("shared-dir"), unique_key("shared-dir-limit")] {
+        let limit: &[&str] = if key.contains("limit") {
+            &["--limit", "2"]
+        } else {
+            &[]
+        };
+        // root creates the lock file (umask 022) and holds it...
+        let root = TestBackend {
+            args: vec!["--url".into(), url.clone()],
+            ..TestBackend::file()
+        };
+        let (holder, _) = root.hold(&key, limit);
+        // ...nobody is told it is busy, not refused...
+        if limit.is_empty() {
+            let out = output(as_nobody(&["-k", &key, "--no-wait", "--", "true"]).args(limit));
+            assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+        }
+        drop(holder);
+        wait_until(Duration::from_secs(5), "the holder gone", || {
+            root.is_free(&key)
+        });
+        // ...takes it when free...
+        let mut args = vec!["-k", key.as_str()];
+        args.extend_from_slice(limit);
+        args.extend(["--", "true"]);
+        let out = output(&mut as_nobody(&args));
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        // ...and root still can, after nobody.
+        run_ok(&mut root.run(&key, limit, &["true"]));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -28,7 +28,9 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub(crate) use self::paths::{default_dir, file_name};
-use self::paths::{ensure_private_dir, open_existing, open_lock_file, parse_url, still_linked};
+use self::paths::{
+    ensure_private_dir, is_shared_dir, open_existing, open_lock_file, parse_url, still_linked,
+};
 use self::proc_locks::proc_locks;
 use self::slots::take_slot;
 use self::wait::{Blocked, LockOp, blocking_lock, try_flock, try_gate, unlock_gate};
@@ -46,6 +48,8 @@ const MAX_DATA: usize = 1 << 20;
 /// Locks as files in one directory.
 pub(crate) struct FileBackend {
     dir: PathBuf,
+    /// Other users may write to the directory: lock files are created for them too.
+    shared: bool,
 }
 
 impl FileBackend {
@@ -69,7 +73,8 @@ impl FileBackend {
             }
             _ => return Err(Usage("the file backend takes one --url".into()).into()),
         };
-        Ok(FileBackend { dir })
+        let shared = is_shared_dir(&dir);
+        Ok(FileBackend { dir, shared })
     }
 
     fn path(&self, key: &Key) -> PathBuf {
@@ -81,7 +86,7 @@ impl FileBackend {
     fn acquire_exclusive(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
         let path = self.path(req.key);
         loop {
-            let file = open_lock_file(&path)?;
+            let file = open_lock_file(&path, self.shared)?;
             let acquired_at = BootInstant::now();
             if !try_flock(&file, libc::LOCK_EX)? {
                 about_to_wait(&file, req)?;
@@ -122,7 +127,7 @@ impl FileBackend {
     /// time. `Ok(None)`: the file was replaced (`break`) meanwhile; try again.
     fn acquire_shared(&self, req: &Request<'_>) -> anyhow::Result<Option<Box<dyn Lease>>> {
         let path = self.path(req.key);
-        let file = open_lock_file(&path)?;
+        let file = open_lock_file(&path, self.shared)?;
         let acquired_at = BootInstant::now();
         if !try_gate(&file)? {
             if req.deadline == Deadline::Now {
@@ -153,7 +158,7 @@ impl FileBackend {
         }
         let slot = match req.mode {
             Mode::Limit(n) => {
-                let Some(slot) = take_slot(&path, n, req, &data)? else {
+                let Some(slot) = take_slot(&path, n, req, &data, self.shared)? else {
                     return Ok(None);
                 };
                 Some(slot)

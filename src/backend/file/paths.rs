@@ -105,7 +105,13 @@ pub(crate) fn file_name(key: &Key) -> String {
 /// Opens (creating) the lock file without following a symlink someone planted at its path, and
 /// refuses anything but a regular file (a FIFO or device planted there). `O_NONBLOCK` so that
 /// opening a FIFO cannot block; it changes nothing for a regular file or its locks.
-pub(super) fn open_lock_file(path: &Path) -> anyhow::Result<File> {
+///
+/// In a `shared` directory (one that other users may write to, such as a sticky `1777` one), a
+/// lock file this process creates is made readable and writable by everyone who can use the
+/// directory, whatever the umask, so that the next user's dlock can open it to lock and to
+/// update the counter (with the umask's 0644, a second user got "Permission denied" instead of
+/// waiting). `flock(1)` users expect the same of a shared lock directory.
+pub(super) fn open_lock_file(path: &Path, shared: bool) -> anyhow::Result<File> {
     let opened = OpenOptions::new()
         .read(true)
         .write(true)
@@ -120,10 +126,22 @@ pub(super) fn open_lock_file(path: &Path) -> anyhow::Result<File> {
         }
         Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
     };
-    if !file.metadata()?.file_type().is_file() {
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
         bail!("refusing {}: not a regular file", path.display());
     }
+    if shared && meta.uid() == sys::euid() && meta.mode() & 0o666 != 0o666 {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o666))
+            .with_context(|| format!("cannot share {}", path.display()))?;
+    }
     Ok(file)
+}
+
+/// Whether other users may create files in `dir` (group- or world-writable): then lock files
+/// are shared with them (see [`open_lock_file`]).
+pub(super) fn is_shared_dir(dir: &Path) -> bool {
+    std::fs::metadata(dir).is_ok_and(|m| m.mode() & 0o022 != 0)
 }
 
 /// Opens an existing lock file for reading, as [`open_lock_file`] does (no symlink, no FIFO);

@@ -25,6 +25,7 @@ pub(super) fn take_slot(
     n: u32,
     req: &Request<'_>,
     data: &LockData,
+    shared: bool,
 ) -> anyhow::Result<Option<(File, PathBuf)>> {
     let base = path.to_string_lossy();
     let base = base.strip_suffix(".lock").unwrap_or(&base);
@@ -34,12 +35,12 @@ pub(super) fn take_slot(
     // Watch before trying (a close between a try and the watch would be missed).
     let watch = match req.deadline {
         Deadline::Now => None,
-        _ => Some(Closes::watch(&slots)?),
+        _ => Some(Closes::watch(&slots, shared)?),
     };
     // Opened once: our own closes would wake the watch.
     let mut files = slots
         .iter()
-        .map(|p| open_lock_file(p))
+        .map(|p| open_lock_file(p, shared))
         .collect::<anyhow::Result<Vec<_>>>()?;
     loop {
         for i in 0..files.len() {
@@ -82,11 +83,11 @@ struct Closes {
 }
 
 impl Closes {
-    fn watch(paths: &[PathBuf]) -> anyhow::Result<Closes> {
+    fn watch(paths: &[PathBuf], shared: bool) -> anyhow::Result<Closes> {
         let inotify = Inotify::new().context("inotify_init1 failed")?;
         for p in paths {
             // Create it first, so the watch has something to watch.
-            drop(open_lock_file(p)?);
+            drop(open_lock_file(p, shared)?);
             inotify
                 .add_watch(p, libc::IN_CLOSE)
                 .with_context(|| format!("cannot watch {}", p.display()))?;
