@@ -1,0 +1,144 @@
+//! Nested runs: the locks a run exports to its command in `DLOCK_HELD`, and how a `dlock run`
+//! below it recognises one it may run under (same backend, location and key; a mode the outer
+//! lock covers; the claimant is an ancestor and still holds the lock).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{Backend, Lease, Mode, RenewError, hostname};
+use crate::clock::BootInstant;
+use crate::config::Key;
+use crate::report;
+
+/// The variable a run exports its locks in, for nested runs.
+pub(crate) const HELD_ENV: &str = "DLOCK_HELD";
+
+/// How often an inherited lock checks that the enclosing run is still alive.
+const ANCESTOR_CHECK: Duration = Duration::from_millis(500);
+
+/// One lock a run holds, as exported to its command in [`HELD_ENV`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Claim {
+    /// Backend name.
+    pub backend: String,
+    /// [`Backend::location`]: where the lock lives, without credentials.
+    pub location: String,
+    /// The key.
+    pub key: String,
+    /// How the holder holds it.
+    pub mode: Mode,
+    /// The fencing token it was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    /// The holding dlock's host.
+    pub host: String,
+    /// The holding dlock's pid.
+    pub pid: u32,
+    /// When it acquired the lock (ms since the epoch), as stored beside the lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
+}
+
+/// The claims inherited from enclosing runs; unreadable content is ignored (with `-v`).
+pub(crate) fn inherited() -> Vec<Claim> {
+    let Some(text) = std::env::var_os(HELD_ENV) else {
+        return Vec::new();
+    };
+    match serde_json::from_slice(text.as_encoded_bytes()) {
+        Ok(claims) => claims,
+        Err(e) => {
+            report::verbose(format_args!("ignoring {HELD_ENV}: {e}"));
+            Vec::new()
+        }
+    }
+}
+
+/// Whether the holder a claim names still holds `key`, and is an ancestor of this process (a
+/// claim copied into an unrelated process is not honoured).
+pub(super) fn still_held(backend: &dyn Backend, key: &Key, claim: &Claim) -> anyhow::Result<bool> {
+    if claim.host != hostname() || !is_ancestor(claim.pid) {
+        return Ok(false);
+    }
+    let status = backend.status(key)?;
+    Ok(status.holders.iter().any(|h| {
+        h.pid == Some(claim.pid)
+            && h.host.as_deref().is_none_or(|host| host == claim.host)
+            && h.fencing_token == claim.token
+            && (h.since_ms.is_none() || claim.since_ms.is_none() || h.since_ms == claim.since_ms)
+    }))
+}
+
+/// Whether `pid` is this process's parent, grandparent, ...
+pub(super) fn is_ancestor(pid: u32) -> bool {
+    let mut p = std::os::unix::process::parent_id();
+    for _ in 0..1024 {
+        if p == pid {
+            return true;
+        }
+        if p <= 1 {
+            return false;
+        }
+        match parent_of(p) {
+            Some(pp) => p = pp,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// The parent pid of `pid`, from `/proc/PID/stat` (the field after the command's closing paren).
+pub(super) fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A lock held by an enclosing run: nothing to renew or release here, but if that run dies the
+/// lock goes with it (its lease runs out), so its pid is checked every [`ANCESTOR_CHECK`].
+pub(super) struct Inherited {
+    token: Option<u64>,
+    pid: u32,
+    since: BootInstant,
+}
+
+impl Inherited {
+    pub(super) fn new(claim: &Claim) -> Inherited {
+        Inherited {
+            token: claim.token,
+            pid: claim.pid,
+            since: BootInstant::now(),
+        }
+    }
+}
+
+impl Lease for Inherited {
+    fn fencing_token(&self) -> Option<u64> {
+        self.token
+    }
+    fn ttl(&self) -> Option<Duration> {
+        None
+    }
+    fn acquired_at(&self) -> BootInstant {
+        self.since
+    }
+    fn renew_every(&self) -> Duration {
+        ANCESTOR_CHECK
+    }
+    fn lives_unattended(&self) -> bool {
+        true
+    }
+    fn renew(&mut self) -> Result<(), RenewError> {
+        if is_ancestor(self.pid) {
+            Ok(())
+        } else {
+            Err(RenewError::Lost(format!(
+                "the enclosing dlock run (pid {}) that holds it is gone",
+                self.pid
+            )))
+        }
+    }
+    fn release(self: Box<Self>) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
