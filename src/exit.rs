@@ -87,6 +87,21 @@ impl fmt::Display for Unavailable {
 }
 impl std::error::Error for Unavailable {}
 
+/// The connection to a server that this process had reached broke, or the server stopped
+/// answering: a run that has not started its command reconnects and queues again (within
+/// `--wait`) instead of failing. Exit 69 like [`Unavailable`] where it ends a run. A server
+/// that could not be reached at all is [`Unavailable`], and so is any error the server itself
+/// answered with (permissions, a missing table): waiting would not cure those.
+#[derive(Debug)]
+pub(crate) struct Outage(pub String);
+
+impl fmt::Display for Outage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Outage {}
+
 /// The exit code for an error, by the first typed error found in its chain. Untyped errors are
 /// backend failures (69): every I/O path of a backend ends there.
 pub(crate) fn code_for(err: &anyhow::Error, conflict_code: u8) -> u8 {
@@ -100,7 +115,7 @@ pub(crate) fn code_for(err: &anyhow::Error, conflict_code: u8) -> u8 {
         if let Some(Interrupted(sig)) = cause.downcast_ref::<Interrupted>() {
             return signal_code(*sig);
         }
-        if cause.is::<Unavailable>() {
+        if cause.is::<Unavailable>() || cause.is::<Outage>() {
             return UNAVAILABLE;
         }
     }

@@ -408,6 +408,37 @@ pub trait Lease: Send {
     }
 }
 
+/// Whether this process has reached a backend's server, to tell a failure to connect at all
+/// ([`Unavailable`](crate::exit::Unavailable): exit 69 at once) from an outage after contact
+/// ([`Outage`](crate::exit::Outage): a waiting run reconnects). Shared by a backend's clones.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Reach(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Reach {
+    /// A connection to the server succeeded.
+    pub(crate) fn connected(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether a connection to the server ever succeeded.
+    pub(crate) fn was_reached(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The error for a transport failure (refused, reset, timed out): an [`Outage`] once the
+    /// server was reached, else [`Unavailable`].
+    ///
+    /// [`Outage`]: crate::exit::Outage
+    /// [`Unavailable`]: crate::exit::Unavailable
+    pub(crate) fn transport_error(&self, message: String) -> anyhow::Error {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            crate::exit::Outage(message).into()
+        } else {
+            crate::exit::Unavailable(message).into()
+        }
+    }
+}
+
 /// Told why a lease was lost; see [`Lease::watch_loss`].
 pub(crate) type LossNotifier = Box<dyn Fn(String) + Send + Sync>;
 

@@ -201,13 +201,19 @@ impl Backend for Redlock {
                     .into_iter()
                     .find_map(Result::err)
                     .map(|e| format!("{e:#}"));
-                return Err(Unavailable(format!(
+                let message = format!(
                     "only {answered} of {} Redis masters answered, {} needed ({})",
                     self.nodes.len(),
                     self.quorum(),
                     first.unwrap_or_default()
-                ))
-                .into());
+                );
+                // Too few masters: an outage if this process had reached a quorum before.
+                let reached = self.nodes.iter().filter(|n| n.reach.was_reached()).count();
+                return Err(if reached >= self.quorum() {
+                    crate::exit::Outage(message).into()
+                } else {
+                    Unavailable(message).into()
+                });
             }
             let holder = self.holder(&mut slots, &keys, timeout);
             let remaining = req.deadline.remaining();

@@ -215,6 +215,7 @@ fn acquire_one(
     let line = WaitingLine::start(key.as_str());
     let on_holder = |h: &Holder| line.holder(h);
     let waiting = format!("waiting for '{key}'");
+    let mut outage = Outage::default();
     loop {
         let next_renewal = held
             .iter()
@@ -227,6 +228,7 @@ fn acquire_one(
             (Deadline::At(t), Some(r)) if t <= r => (want.deadline, false),
             (_, Some(r)) => (Deadline::At(r), true),
         };
+        let attempt = Instant::now();
         let result = backend.acquire(&Request {
             key,
             mode: want.mode,
@@ -238,12 +240,75 @@ fn acquire_one(
         });
         match result {
             Err(e) if sliced && e.is::<Busy>() => {
+                outage.over();
+                for part in held.iter_mut().filter(|p| !p.lease.lives_unattended()) {
+                    part.renew_if_due(&waiting)?;
+                }
+            }
+            // The server was reached before and the connection broke: nothing has started, so
+            // reconnect and queue again, within --wait (a --no-wait run tried once).
+            Err(e)
+                if want.deadline != Deadline::Now
+                    && e.chain().any(|c| c.is::<crate::exit::Outage>()) =>
+            {
+                if attempt.elapsed() > OUTAGE_RECOVERED {
+                    outage.over(); // it had reconnected and waited: this is a new outage
+                }
+                let pause = outage.next_pause(backend.kind().name(), key, &e);
+                let left = want.deadline.remaining();
+                if left.is_some_and(|l| l.is_zero()) {
+                    return Err(Busy {
+                        holder: None,
+                        waited: true,
+                        why: Some(format!("the server could not be reached: {e:#}")),
+                    }
+                    .into());
+                }
+                let renewal = next_renewal.map(|r| r.saturating_duration_since(Instant::now()));
+                let pause = [Some(pause), left, renewal].into_iter().flatten().min();
+                want.interrupt.nap(pause.unwrap_or_default())?;
+                if let Some(sig) = want.interrupt.fired() {
+                    return Err(Interrupted(sig).into());
+                }
                 for part in held.iter_mut().filter(|p| !p.lease.lives_unattended()) {
                     part.renew_if_due(&waiting)?;
                 }
             }
             other => return other,
         }
+    }
+}
+
+/// An attempt that ran this long before its connection broke had reconnected and waited.
+const OUTAGE_RECOVERED: Duration = Duration::from_secs(3);
+
+/// A waiting run's view of an outage: says so once, and backs off between reconnects (100 ms,
+/// doubling, at most 2 s).
+#[derive(Default)]
+struct Outage {
+    pause: Option<Duration>,
+}
+
+impl Outage {
+    /// The pause before the next reconnect; the first of an outage says so on stderr.
+    fn next_pause(&mut self, backend: &str, key: &Key, e: &anyhow::Error) -> Duration {
+        let pause = match self.pause {
+            None => {
+                report::notice(format_args!(
+                    "{backend}: lost the connection while waiting for '{key}' ({e:#}); \
+                     reconnecting and queueing again until --wait runs out"
+                ));
+                Duration::from_millis(100)
+            }
+            Some(p) => (p * 2).min(Duration::from_secs(2)),
+        };
+        self.pause = Some(pause);
+        pause
+    }
+
+    /// The server answered again.
+    fn over(&mut self) {
+        self.pause = None;
     }
 }
 

@@ -22,6 +22,10 @@ pub(crate) struct Proxy {
     pub(crate) port: u16,
     holed: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
+    /// While set, every connection is closed and new ones are closed at once (a blip).
+    cut: Arc<AtomicBool>,
+    /// The live connections' sockets, to close them for a blip.
+    live: Arc<std::sync::Mutex<Vec<TcpStream>>>,
 }
 
 impl Proxy {
@@ -31,15 +35,22 @@ impl Proxy {
         listener.set_nonblocking(true).unwrap();
         let holed = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
-        let (h, s) = (holed.clone(), stop.clone());
+        let cut = Arc::new(AtomicBool::new(false));
+        let live = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (h, s, c, l) = (holed.clone(), stop.clone(), cut.clone(), live.clone());
         thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 match listener.accept() {
+                    Ok((client, _)) if c.load(Ordering::SeqCst) => drop(client),
                     Ok((client, _)) => {
                         client.set_nonblocking(false).unwrap();
                         let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                             continue;
                         };
+                        let mut streams = l.lock().unwrap();
+                        streams.push(client.try_clone().unwrap());
+                        streams.push(server.try_clone().unwrap());
+                        drop(streams);
                         for (from, to) in [
                             (client.try_clone().unwrap(), server.try_clone().unwrap()),
                             (server, client),
@@ -52,7 +63,26 @@ impl Proxy {
                 }
             }
         });
-        Proxy { port, holed, stop }
+        Proxy {
+            port,
+            holed,
+            stop,
+            cut,
+            live,
+        }
+    }
+
+    /// A blip: every connection is closed, and new ones too, until [`Proxy::restore`].
+    pub(crate) fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for s in self.live.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// The end of a blip.
+    pub(crate) fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
     }
 
     /// From now on nothing gets through, and no connection is closed.
@@ -182,6 +212,79 @@ fn partition(label: &str, urls: &[String], make: fn(&[String]) -> TestBackend, i
     );
 }
 
+/// A short blip: holder and waiter both cut off from the server for 4 s (longer than the 2 s
+/// TTL, so the holder loses its lease and stops, 79), within the waiter's `--wait 25s`. The
+/// waiter must reconnect, queue again and run (0), soon after the blip, and never while the
+/// holder's command may still run. Regression: the waiter exited 69 ~3.5 s into the blip.
+fn blip(label: &str, urls: &[String], make: fn(&[String]) -> TestBackend) {
+    let ttl = Duration::from_secs(2);
+    let mut proxies = Vec::new();
+    let via: Vec<String> = urls
+        .iter()
+        .map(|u| {
+            let (u, p) = proxied(u);
+            proxies.extend(p);
+            u
+        })
+        .collect();
+    let b = TestBackend { ttl, ..make(&via) };
+    let key = unique_key("blip");
+    let dir = scratch("blip");
+    let (hb, start) = (dir.join("hb"), dir.join("start"));
+    let beat = format!(
+        "while :; do date +%s%N >> {}; sleep 0.02; done",
+        hb.display()
+    );
+    let holder = Proc::spawn(&mut b.run(&key, &[], &sh(&beat)));
+    wait_for_file(&hb, Duration::from_secs(15));
+    let waiter = Proc::spawn(&mut b.run(
+        &key,
+        &["--wait", "25s"],
+        &sh(&format!("date +%s%N > {}", start.display())),
+    ));
+    crate::conformance::wait_until_waiting(&make(urls), &key, 1);
+    for p in &proxies {
+        p.cut();
+    }
+    thread::sleep(Duration::from_secs(4));
+    let restored = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    for p in &proxies {
+        p.restore();
+    }
+    let (out, _) = holder.wait(Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(79), "holder: {}", describe(&out));
+    let (out, _) = waiter.wait(Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "waiter: {}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.matches("lost the connection").count(),
+        1,
+        "said once per outage: {err}"
+    );
+    let started: u128 = wait_for_file(&start, Duration::from_secs(5))
+        .parse()
+        .unwrap();
+    let last_beat: u128 = std::fs::read_to_string(&hb)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .max()
+        .unwrap();
+    assert!(
+        last_beat < started,
+        "the waiter ran while the holder's command still did"
+    );
+    let after_ms = (started as i128 - restored as i128) as f64 / 1e6;
+    eprintln!("blip ({label}): the waiter ran {after_ms:.0} ms after the blip ended");
+    assert!(
+        after_ms < 5000.0,
+        "the waiter ran {after_ms:.0} ms after the blip"
+    );
+}
+
 macro_rules! partition_cases {
     ($name:ident, $urls:expr, $make:expr) => {
         mod $name {
@@ -197,6 +300,12 @@ macro_rules! partition_cases {
             fn holder_ignoring_sigterm_stops_before_the_waiter_starts() {
                 let Some(urls) = $urls else { return };
                 partition(stringify!($name), &urls, $make, true);
+            }
+
+            #[test]
+            fn a_waiter_outlives_a_short_blip() {
+                let Some(urls) = $urls else { return };
+                blip(stringify!($name), &urls, $make);
             }
         }
     };

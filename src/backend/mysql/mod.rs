@@ -32,7 +32,7 @@ use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder};
 use sha2::{Digest, Sha256};
 
-use super::{Backend, Holder, Lease, Mode, RenewError, Request, Status};
+use super::{Backend, Holder, Lease, Mode, Reach, RenewError, Request, Status};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, redact};
 use crate::exit::{Interrupted, Unavailable, Usage};
@@ -118,6 +118,8 @@ fn mismatch(req: &Request<'_>, theirs: &Holder) -> anyhow::Error {
 /// Locks on one MySQL or MariaDB server.
 pub(crate) struct MysqlBackend {
     opts: Opts,
+    /// Whether this process reached the server (see [`Reach`]).
+    reach: Reach,
     /// host:port/database, without credentials.
     addr: String,
 }
@@ -199,7 +201,11 @@ impl MysqlBackend {
             opts.get_tcp_port(),
             opts.get_db_name().unwrap_or("")
         );
-        Ok(MysqlBackend { opts, addr })
+        Ok(MysqlBackend {
+            opts,
+            addr,
+            reach: Reach::default(),
+        })
     }
 
     /// A dedicated connection: TCP even on loopback (the crate would silently switch to the unix
@@ -213,12 +219,27 @@ impl MysqlBackend {
             // Given, the crate skips its `SELECT @@max_allowed_packet` round trip; dlock's
             // statements are tiny.
             .max_allowed_packet(Some(1 << 20));
-        Conn::new(opts)
-            .map_err(|e| Unavailable(format!("cannot connect to {}: {e}", self.addr)).into())
+        let con = Conn::new(opts).map_err(|e| match e {
+            mysql::Error::IoError(_) | mysql::Error::DriverError(_) => self
+                .reach
+                .transport_error(format!("cannot connect to {}: {e}", self.addr)),
+            e => Unavailable(format!("cannot connect to {}: {e}", self.addr)).into(),
+        })?;
+        self.reach.connected();
+        Ok(con)
     }
 
+    /// A failed statement: an [`Outage`](crate::exit::Outage) when the connection broke or
+    /// timed out (after the server was reached), else [`Unavailable`] (what the server answered).
     fn fail(&self, e: mysql::Error) -> anyhow::Error {
-        Unavailable(format!("{}: {e}", self.addr)).into()
+        match e {
+            mysql::Error::IoError(_)
+            | mysql::Error::CodecError(_)
+            | mysql::Error::DriverError(_) => {
+                self.reach.transport_error(format!("{}: {e}", self.addr))
+            }
+            e => Unavailable(format!("{}: {e}", self.addr)).into(),
+        }
     }
 
     /// Records the new holder and bumps the fence, on the lock's own connection, in one round

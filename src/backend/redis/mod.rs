@@ -17,10 +17,9 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use redis::{Client, Connection, IntoConnectionInfo, Script};
 
-use super::{Backend, Holder, Lease, Mode, RenewError, Request, Status};
+use super::{Backend, Holder, Lease, Mode, Reach, RenewError, Request, Status};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, redact};
 use crate::exit::{Interrupted, Unavailable, Usage};
@@ -62,6 +61,8 @@ pub(super) const STATUS: &str = include_str!("lua/status.lua");
 #[derive(Clone)]
 pub(super) struct Node {
     pub(super) client: Client,
+    /// Whether this process reached the server (see [`Reach`]).
+    pub(super) reach: Reach,
     /// host:port or socket path, without credentials.
     pub(super) addr: String,
 }
@@ -80,7 +81,11 @@ impl Node {
         let settings = info.redis_settings().clone().set_skip_set_lib_name();
         let client = Client::open(info.set_redis_settings(settings)).map_err(bad)?;
         let addr = client.get_connection_info().addr().to_string();
-        Ok(Node { client, addr })
+        Ok(Node {
+            client,
+            addr,
+            reach: Reach::default(),
+        })
     }
 
     /// A new connection whose commands time out after `timeout`.
@@ -97,10 +102,27 @@ impl Node {
         let con = self
             .client
             .get_connection_with_timeout(connect)
-            .map_err(|e| Unavailable(format!("cannot connect to {}: {e}", self.addr)))?;
+            .map_err(|e| self.error(format!("cannot connect to {}", self.addr), e))?;
+        self.reach.connected();
         con.set_read_timeout(Some(timeout))?;
         con.set_write_timeout(Some(COMMAND_TIMEOUT))?;
         Ok(con)
+    }
+}
+
+impl Node {
+    /// `doing: e`, as an [`Outage`](crate::exit::Outage) when the connection broke or timed out
+    /// after this process had reached the server, else [`Unavailable`].
+    pub(super) fn error(&self, doing: String, e: redis::RedisError) -> anyhow::Error {
+        let transport = e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal();
+        if transport {
+            self.reach.transport_error(format!("{doing}: {e}"))
+        } else {
+            Unavailable(format!("{doing}: {e}")).into()
+        }
     }
 }
 
@@ -334,7 +356,7 @@ impl Backend for RedisBackend {
                 Err(e) => {
                     // The outcome is unknown: the lock may be ours. Give it back before failing.
                     self.release_token(&keys, &token);
-                    return Err(Unavailable(format!("{}: {e}", self.node.addr)).into());
+                    return Err(self.node.error(self.node.addr.clone(), e));
                 }
             };
             if acquired == -1 {
@@ -400,7 +422,7 @@ impl Backend for RedisBackend {
             }
             let result = w.block(&keys.signal, block);
             blocked.done();
-            result.with_context(|| format!("waiting on {}", self.node.addr))?;
+            result.map_err(|e| self.node.error(format!("waiting on {}", self.node.addr), e))?;
         }
     }
 
@@ -506,12 +528,12 @@ impl Waiter {
         let id = redis::cmd("CLIENT")
             .arg("ID")
             .query(&mut con)
-            .map_err(|e| Unavailable(format!("{}: {e}", node.addr)))?;
+            .map_err(|e| node.error(node.addr.clone(), e))?;
         Ok(Waiter { con, id })
     }
 
     /// BLPOP the wake-up list for at most `d`.
-    fn block(&mut self, signal: &str, d: Duration) -> anyhow::Result<()> {
+    fn block(&mut self, signal: &str, d: Duration) -> redis::RedisResult<()> {
         // The socket must outwait the server-side timeout, or the reply is lost.
         self.con.set_read_timeout(Some(d + COMMAND_TIMEOUT))?;
         let secs = (d.as_secs_f64() * 1000.0).ceil() / 1000.0;

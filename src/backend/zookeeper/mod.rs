@@ -49,7 +49,7 @@ use zookeeper_client::{
     SessionState, Stat,
 };
 
-use super::{Backend, Holder, Lease, Mode, Request, Status, escape_key};
+use super::{Backend, Holder, Lease, Mode, Reach, Request, Status, escape_key};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key};
 use crate::exit::{Interrupted, Unavailable, Usage};
@@ -86,6 +86,8 @@ pub(crate) struct ZkBackend {
     /// The ACL of the chroot and `/dlock` when dlock creates them.
     ancestor_acl: Vec<Acl>,
     rt: OnceLock<Arc<Runtime>>,
+    /// Whether this process reached the ensemble (see [`Reach`]).
+    reach: Reach,
 }
 
 /// Runs one request, bounded by [`COMMAND_TIMEOUT`] (a lost reply counts as a connection loss).
@@ -183,6 +185,7 @@ impl ZkBackend {
                 AuthId::anyone(),
             )],
             rt: OnceLock::new(),
+            reach: Reach::default(),
         })
     }
 
@@ -221,6 +224,12 @@ impl ZkBackend {
                 self.addr
             ))
             .into(),
+            e @ (ZkError::ConnectionLoss
+            | ZkError::SessionExpired
+            | ZkError::ClientClosed
+            | ZkError::NoHosts) => self
+                .reach
+                .transport_error(format!("{}: cannot {doing}: {e}", self.addr)),
             e => Unavailable(format!("{}: cannot {doing}: {e}", self.addr)).into(),
         }
     }
@@ -238,20 +247,25 @@ impl ZkBackend {
         let client = match tokio::time::timeout(bound, connector.connect(&self.hosts)).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => {
+                if matches!(e, ZkError::AuthFailed | ZkError::NoAuth) {
+                    return Err(Unavailable(format!("cannot connect to {}: {e}", self.addr)).into());
+                }
                 let e = match e {
                     ZkError::NoHosts => "no server answered".to_string(),
                     e => e.to_string(),
                 };
-                return Err(Unavailable(format!("cannot connect to {}: {e}", self.addr)).into());
+                return Err(self
+                    .reach
+                    .transport_error(format!("cannot connect to {}: {e}", self.addr)));
             }
             Err(_) => {
-                return Err(Unavailable(format!(
+                return Err(self.reach.transport_error(format!(
                     "cannot connect to {}: no answer within {bound:?}",
                     self.addr
-                ))
-                .into());
+                )));
             }
         };
+        self.reach.connected();
         Ok(client)
     }
 
