@@ -1,8 +1,9 @@
-//! Signals without a signal thread: SIGINT, SIGTERM, SIGHUP, SIGCHLD and a wake-up signal are
-//! blocked in every thread (the mask is set on the main thread before any other thread exists),
-//! and the main thread takes them synchronously with `sigtimedwait`, which also says who sent
-//! each one. An uncontended `dlock run` thus creates no thread at all: thread start-up was the
-//! largest part of dlock's overhead over `flock(1)` on a 2-core machine.
+//! Signals without a signal thread: every signal dlock forwards (INT, TERM, HUP and the others
+//! whose default action would end it), SIGCHLD and a wake-up signal are blocked in every thread
+//! (the mask is set on the main thread before any other thread exists), and the main thread
+//! takes them synchronously with `sigtimedwait`, which also says who sent each one. An
+//! uncontended `dlock run` thus creates no thread at all: thread start-up was the largest part
+//! of dlock's overhead over `flock(1)` on a 2-core machine.
 //!
 //! While a backend blocks in acquire, the main thread cannot wait for signals, so a backend about
 //! to block registers a waker with [`Interrupt::on_fire`]; that starts a watcher thread that takes
