@@ -415,7 +415,8 @@ pub trait Lease: Send {
 pub(crate) struct Reach(std::sync::Arc<std::sync::atomic::AtomicBool>);
 
 impl Reach {
-    /// A connection to the server succeeded.
+    /// The server answered this process (a handshake or a request completed): from now on a
+    /// transport failure is an outage.
     pub(crate) fn connected(&self) {
         self.0.store(true, std::sync::atomic::Ordering::SeqCst);
     }

@@ -49,10 +49,14 @@ impl Slot {
         }
         let con = self.con.as_mut().expect("set above");
         con.set_read_timeout(Some(timeout))?;
-        f(con).map_err(|e| {
+        let result = f(con).map_err(|e| {
             self.con = None;
             anyhow::anyhow!("{}: {e}", self.node.addr)
-        })
+        });
+        if result.is_ok() {
+            self.node.reach.connected(); // it answered
+        }
+        result
     }
 }
 

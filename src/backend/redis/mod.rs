@@ -103,7 +103,6 @@ impl Node {
             .client
             .get_connection_with_timeout(connect)
             .map_err(|e| self.error(format!("cannot connect to {}", self.addr), e))?;
-        self.reach.connected();
         con.set_read_timeout(Some(timeout))?;
         con.set_write_timeout(Some(COMMAND_TIMEOUT))?;
         Ok(con)
@@ -112,7 +111,9 @@ impl Node {
 
 impl Node {
     /// `doing: e`, as an [`Outage`](crate::exit::Outage) when the connection broke or timed out
-    /// after this process had reached the server, else [`Unavailable`].
+    /// after the server had answered this process, else [`Unavailable`]. (Answered, not just
+    /// connected: a TCP connect succeeds against a TLS port given a plain `redis://` URL, and
+    /// that misconfiguration must fail, not be retried forever.)
     pub(super) fn error(&self, doing: String, e: redis::RedisError) -> anyhow::Error {
         let transport = e.is_io_error()
             || e.is_timeout()
@@ -352,7 +353,11 @@ impl Backend for RedisBackend {
             .invoke(&mut con)
             .and_then(acquire_reply);
             let (acquired, value, young) = match reply {
-                Ok(r) => r,
+                Ok(r) => {
+                    // The server answered: a later transport failure is an outage.
+                    self.node.reach.connected();
+                    r
+                }
                 Err(e) => {
                     // The outcome is unknown: the lock may be ours. Give it back before failing.
                     self.release_token(&keys, &token);
