@@ -148,11 +148,10 @@ fn proxied(url: &str) -> (String, Vec<Proxy>) {
     (out, proxies)
 }
 
-/// The case: `make` builds the backend for a URL (list); `urls` reach the servers directly.
-fn partition(label: &str, urls: &[String], make: fn(&[String]) -> TestBackend, ignore_term: bool) {
-    let ttl = Duration::from_millis(1900);
+/// Every URL of `urls` behind proxies (see [`proxied`]).
+fn all_proxied(urls: &[String]) -> (Vec<String>, Vec<Proxy>) {
     let mut proxies = Vec::new();
-    let holder_urls: Vec<String> = urls
+    let via = urls
         .iter()
         .map(|u| {
             let (u, p) = proxied(u);
@@ -160,6 +159,23 @@ fn partition(label: &str, urls: &[String], make: fn(&[String]) -> TestBackend, i
             u
         })
         .collect();
+    (via, proxies)
+}
+
+/// The latest heartbeat (ns since the epoch) the command wrote to `hb`.
+fn last_beat(hb: &std::path::Path) -> u128 {
+    std::fs::read_to_string(hb)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .max()
+        .unwrap()
+}
+
+/// The case: `make` builds the backend for a URL (list); `urls` reach the servers directly.
+fn partition(label: &str, urls: &[String], make: fn(&[String]) -> TestBackend, ignore_term: bool) {
+    let ttl = Duration::from_millis(1900);
+    let (holder_urls, proxies) = all_proxied(urls);
     let holder_b = TestBackend {
         ttl,
         ..make(&holder_urls)
@@ -191,12 +207,7 @@ fn partition(label: &str, urls: &[String], make: fn(&[String]) -> TestBackend, i
     assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
     let (out, _) = waiter.wait(Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    let last_beat: u128 = std::fs::read_to_string(&hb)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .max()
-        .unwrap();
+    let last_beat = last_beat(&hb);
     let started: u128 = wait_for_file(&start, Duration::from_secs(5))
         .parse()
         .unwrap();
@@ -218,15 +229,7 @@ fn partition(label: &str, urls: &[String], make: fn(&[String]) -> TestBackend, i
 /// holder's command may still run. Regression: the waiter exited 69 ~3.5 s into the blip.
 fn blip(label: &str, urls: &[String], make: fn(&[String]) -> TestBackend) {
     let ttl = Duration::from_secs(2);
-    let mut proxies = Vec::new();
-    let via: Vec<String> = urls
-        .iter()
-        .map(|u| {
-            let (u, p) = proxied(u);
-            proxies.extend(p);
-            u
-        })
-        .collect();
+    let (via, proxies) = all_proxied(urls);
     let b = TestBackend { ttl, ..make(&via) };
     let key = unique_key("blip");
     let dir = scratch("blip");
@@ -267,12 +270,7 @@ fn blip(label: &str, urls: &[String], make: fn(&[String]) -> TestBackend) {
     let started: u128 = wait_for_file(&start, Duration::from_secs(5))
         .parse()
         .unwrap();
-    let last_beat: u128 = std::fs::read_to_string(&hb)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .max()
-        .unwrap();
+    let last_beat = last_beat(&hb);
     assert!(
         last_beat < started,
         "the waiter ran while the holder's command still did"
