@@ -215,7 +215,7 @@ fn acquire_one(
     let line = WaitingLine::start(key.as_str());
     let on_holder = |h: &Holder| line.holder(h);
     let waiting = format!("waiting for '{key}'");
-    let mut outage = Outage::default();
+    let mut outage = Reconnecting::default();
     loop {
         let next_renewal = held
             .iter()
@@ -282,14 +282,14 @@ fn acquire_one(
 /// An attempt that ran this long before its connection broke had reconnected and waited.
 const OUTAGE_RECOVERED: Duration = Duration::from_secs(3);
 
-/// A waiting run's view of an outage: says so once, and backs off between reconnects (100 ms,
-/// doubling, at most 2 s).
+/// A waiting run's view of an [`Outage`](crate::exit::Outage): says so once, and backs off
+/// between reconnects (100 ms, doubling, at most 2 s).
 #[derive(Default)]
-struct Outage {
+struct Reconnecting {
     pause: Option<Duration>,
 }
 
-impl Outage {
+impl Reconnecting {
     /// The pause before the next reconnect; the first of an outage says so on stderr.
     fn next_pause(&mut self, backend: &str, key: &Key, e: &anyhow::Error) -> Duration {
         let pause = match self.pause {
