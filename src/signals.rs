@@ -57,7 +57,9 @@ fn sets() -> &'static Sets {
     SETS.get_or_init(|| {
         let own = sys::interrupting_signal();
         let mut forwarded = FORWARDED_FIXED.to_vec();
-        forwarded.extend((libc::SIGRTMIN()..=libc::SIGRTMAX()).filter(|&s| s != own));
+        let deadline = sys::deadline_signal();
+        forwarded
+            .extend((libc::SIGRTMIN()..=libc::SIGRTMAX()).filter(|&s| s != own && s != deadline));
         let mut watcher = forwarded.clone();
         watcher.push(WAKE);
         let mut main = watcher.clone();
@@ -120,11 +122,57 @@ pub(crate) fn wait(timeout: Duration) -> Woken {
     take(&sets().main, timeout)
 }
 
-/// Takes a forwarded signal that is already pending, without waiting (SIGCHLD stays pending).
+/// Takes a forwarded signal that is already pending, without waiting (SIGCHLD stays pending);
+/// first one that a network wait took already ([`interrupts_network_waits`]).
 pub(crate) fn pending() -> Option<Received> {
+    let deferred = DEFERRED.swap(0, Ordering::SeqCst);
+    if deferred != 0 {
+        return Some(Received {
+            signal: deferred & 0xffff,
+            from_terminal: deferred & FROM_TERMINAL != 0,
+        });
+    }
     match take(&sets().watcher, Duration::ZERO) {
         Woken::Signal(r) => Some(r),
         _ => None,
+    }
+}
+
+/// A signal taken by a network wait on the main thread, for [`pending`]: the number, with
+/// [`FROM_TERMINAL`] or'ed in; 0 for none.
+static DEFERRED: AtomicI32 = AtomicI32::new(0);
+const FROM_TERMINAL: i32 = 1 << 16;
+
+/// For a network wait about to block (a socket read or write): on the main thread, a descriptor
+/// that turns readable when a forwarded signal arrives, so that the wait ends at once instead of
+/// holding the signal until a reply or a timeout (a server that never answers, or answers a
+/// byte a second, would otherwise make dlock deaf to Ctrl-C). `None` on other threads (the
+/// keeper's renewals, Redlock's parallel requests): signals are the main thread's business.
+pub(crate) fn interrupts_network_waits() -> Option<std::os::fd::BorrowedFd<'static>> {
+    static FD: OnceLock<Option<std::os::fd::OwnedFd>> = OnceLock::new();
+    use std::os::fd::AsFd;
+    if MAIN_THREAD.get() != Some(&Thread::current()) {
+        return None;
+    }
+    FD.get_or_init(|| sys::signal_fd(&SigSet::of(&sets().forwarded)).ok())
+        .as_ref()
+        .map(|fd| fd.as_fd())
+}
+
+/// Called by a network wait whose descriptor from [`interrupts_network_waits`] turned readable:
+/// takes the signal now (it stays in [`pending`] for the caller's error path) and says whether
+/// there was one. (Another thread may have taken it first: then the interrupt has fired.)
+pub(crate) fn take_for_network_wait() -> bool {
+    if DEFERRED.load(Ordering::SeqCst) != 0 {
+        return true;
+    }
+    match take(&sets().watcher, Duration::ZERO) {
+        Woken::Signal(r) => {
+            let v = r.signal | if r.from_terminal { FROM_TERMINAL } else { 0 };
+            let _ = DEFERRED.compare_exchange(0, v, Ordering::SeqCst, Ordering::SeqCst);
+            true
+        }
+        _ => false,
     }
 }
 
@@ -145,6 +193,66 @@ pub(crate) fn wake_main() {
     // The main thread lives as long as the process.
     if let Some(&t) = MAIN_THREAD.get() {
         t.signal(WAKE);
+    }
+}
+
+/// A stretch of blocking calls into a library that offers no way to end them early (the `mysql`
+/// crate retries reads interrupted by a signal and does not hand out its socket), bounded the
+/// only way left: when `limit` passes, a timer signal ends the process with exit 69 and a
+/// one-line message; on the main thread of `dlock run`, a forwarded signal ends it with 128+N.
+/// Sound only where ending the process leaves nothing behind: MySQL's locks belong to their
+/// connections, which the kernel closes at exit, so the server releases them at once. The limit
+/// is a backstop above the library's own timeouts, for a server that answers a byte at a time.
+pub(crate) struct HardStop {
+    timer: Option<sys::ThreadTimer>,
+    unblocked: Option<SigSet>,
+}
+
+impl HardStop {
+    /// Arms the stop for `limit`; `doing` describes the request for the message ("mysql:
+    /// 10.0.0.5:3306").
+    pub(crate) fn arm(limit: Duration, doing: &str) -> HardStop {
+        static HANDLERS: OnceLock<()> = OnceLock::new();
+        static MESSAGES: Mutex<Vec<&'static [u8]>> = Mutex::new(Vec::new());
+        HANDLERS.get_or_init(|| sys::install_exiting_handlers(&sets().forwarded));
+        let text = format!(
+            "dlock: {doing}: a request did not finish within {limit:?} (the server answers too slowly, or a byte at a time)\n"
+        );
+        {
+            // One copy of each distinct message for the life of the process (the handler needs
+            // a 'static one); a run uses one or two.
+            let mut known = MESSAGES.lock().unwrap_or_else(|e| e.into_inner());
+            let msg = match known.iter().find(|m| **m == text.as_bytes()) {
+                Some(m) => *m,
+                None => {
+                    let m: &'static [u8] = Box::leak(text.into_bytes().into_boxed_slice());
+                    known.push(m);
+                    m
+                }
+            };
+            sys::set_deadline_message(msg);
+        }
+        let on_main = MAIN_THREAD.get() == Some(&Thread::current());
+        let mut set = vec![sys::deadline_signal()];
+        if on_main {
+            set.extend_from_slice(&sets().forwarded);
+        }
+        let set = SigSet::of(&set);
+        let timer = sys::ThreadTimer::start(limit).ok();
+        let unblocked = sys::unblock_signals(&set).ok().map(|()| set);
+        HardStop { timer, unblocked }
+    }
+}
+
+impl Drop for HardStop {
+    fn drop(&mut self) {
+        // Block, delete the timer, then take a deadline signal that fired meanwhile, so that it
+        // cannot end a later stretch.
+        if let Some(set) = self.unblocked.take() {
+            let _ = sys::block_signals(&set);
+        }
+        drop(self.timer.take());
+        let _ = sys::take_signal(&SigSet::of(&[sys::deadline_signal()]), Duration::ZERO);
     }
 }
 

@@ -264,6 +264,15 @@ pub(crate) struct Request<'a> {
 }
 
 impl Request<'_> {
+    /// The signal that interrupted this request, if any, including one that a network wait on
+    /// this thread took (see [`crate::signals::interrupts_network_waits`]).
+    pub(crate) fn interrupted(&self) -> Option<i32> {
+        if let Some(r) = crate::signals::pending() {
+            self.interrupt.fire(r.signal);
+        }
+        self.interrupt.fired()
+    }
+
     /// Whether the wait is over: a `--no-wait` try, or a `--wait` that ran out.
     pub(crate) fn waited_out(&self) -> bool {
         self.deadline.remaining().is_some_and(|d| d.is_zero())

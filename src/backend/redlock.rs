@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use redis::{Connection, Script};
+use redis::Script;
+
+use super::redis::Connection;
 
 use super::redis::{
     COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, acquire_script, release_script, script, token,

@@ -97,3 +97,37 @@ pub(crate) fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> io::Resu
     }
     Ok(pfds.iter().map(|p| p.revents != 0).collect())
 }
+
+/// Waits until `fd` is ready for `events` (`POLLIN`, `POLLOUT`) or `other` is readable, for at
+/// most `timeout` (rounded up to a millisecond). Returns (fd ready, other readable); both false
+/// on timeout or EINTR. Errors and hang-ups count as ready: the next read or write reports them.
+pub(crate) fn poll_ready(
+    fd: BorrowedFd<'_>,
+    events: i16,
+    other: Option<BorrowedFd<'_>>,
+    timeout: std::time::Duration,
+) -> io::Result<(bool, bool)> {
+    let mut pfds = [
+        libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: other.map_or(-1, |o| o.as_raw_fd()), // a negative fd is skipped by poll
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+    // SAFETY: a valid array of two pollfds whose descriptors the borrows keep open (or -1).
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINTR) {
+            return Ok((false, false));
+        }
+        return Err(e);
+    }
+    Ok((pfds[0].revents != 0, pfds[1].revents != 0))
+}

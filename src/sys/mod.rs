@@ -12,11 +12,12 @@ mod process;
 mod signal;
 pub(crate) mod spawn;
 
-pub(crate) use fs::{Inotify, flock, ofd_lock, poll_readable};
+pub(crate) use fs::{Inotify, flock, ofd_lock, poll_readable, poll_ready};
 pub(crate) use process::{PidFd, become_subreaper, kill, wait_pid, waitid_exited_nowait};
 pub(crate) use signal::{
-    SigSet, Thread, block_signals, install_interrupting_handler, interrupting_signal, is_ignored,
-    reset_to_default, take_signal,
+    SigSet, Thread, ThreadTimer, block_signals, deadline_signal, install_exiting_handlers,
+    install_interrupting_handler, interrupting_signal, is_ignored, reset_to_default,
+    set_deadline_message, signal_fd, take_signal, unblock_signals,
 };
 
 use std::time::Duration;

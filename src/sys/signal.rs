@@ -78,6 +78,135 @@ pub(crate) fn take_signal(set: &SigSet, timeout: Duration) -> Option<Taken> {
     })
 }
 
+/// A descriptor that turns readable while a signal of `set` (blocked in every thread) is pending
+/// for the calling thread or the process; reading it is never needed: [`take_signal`] takes them.
+pub(crate) fn signal_fd(set: &SigSet) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a valid set pointer; -1 asks for a new descriptor, which we own from here on.
+    let fd = unsafe { libc::signalfd(-1, &set.0, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: signalfd returned a new descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Removes `set` from the calling thread's blocked signals.
+pub(crate) fn unblock_signals(set: &SigSet) -> io::Result<()> {
+    // SAFETY: a valid set pointer; no old mask is asked for.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set.0, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// The signal a [`ThreadTimer`] sends when a hard deadline passes: the real-time signal after
+/// [`interrupting_signal`].
+pub(crate) fn deadline_signal() -> i32 {
+    libc::SIGRTMIN() + 1
+}
+
+/// A one-shot timer that sends [`deadline_signal`] to the thread that started it; deleted on
+/// drop.
+pub(crate) struct ThreadTimer(libc::timer_t);
+
+impl ThreadTimer {
+    /// Fires once, `after` from now (on CLOCK_BOOTTIME: a suspended machine's time counts).
+    pub(crate) fn start(after: Duration) -> io::Result<ThreadTimer> {
+        // SAFETY: all-zero bytes are a valid sigevent; gettid cannot fail.
+        let mut ev: libc::sigevent = unsafe { std::mem::zeroed() };
+        ev.sigev_notify = libc::SIGEV_THREAD_ID;
+        ev.sigev_signo = deadline_signal();
+        // SAFETY: gettid takes nothing and cannot fail.
+        ev.sigev_notify_thread_id = unsafe { libc::gettid() };
+        let mut id: libc::timer_t = std::ptr::null_mut();
+        // SAFETY: valid pointers to the sigevent and the out-parameter; the event names this
+        // thread, which outlives the timer (it is deleted on drop, on the same thread: not Send).
+        if unsafe { libc::timer_create(libc::CLOCK_BOOTTIME, &mut ev, &mut id) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let timer = ThreadTimer(id);
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: after.as_secs().min(i32::MAX as u64) as libc::time_t,
+                tv_nsec: after.subsec_nanos().max(1) as libc::c_long,
+            },
+        };
+        // SAFETY: a timer this process created and has not deleted; a valid itimerspec.
+        if unsafe { libc::timer_settime(timer.0, 0, &spec, std::ptr::null_mut()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(timer)
+    }
+}
+
+impl Drop for ThreadTimer {
+    fn drop(&mut self) {
+        // SAFETY: a timer this process created and deletes once, here.
+        unsafe { libc::timer_delete(self.0) };
+    }
+}
+
+/// What the deadline handler writes to stderr before exiting: set by [`set_deadline_message`].
+static DEADLINE_MESSAGE: std::sync::atomic::AtomicPtr<u8> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+static DEADLINE_MESSAGE_LEN: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// Sets the line written when a hard deadline ends the process.
+pub(crate) fn set_deadline_message(text: &'static [u8]) {
+    use std::sync::atomic::Ordering;
+    // Length first, to zero: the handler writes nothing rather than a torn pair.
+    DEADLINE_MESSAGE_LEN.store(0, Ordering::SeqCst);
+    DEADLINE_MESSAGE.store(text.as_ptr().cast_mut(), Ordering::SeqCst);
+    DEADLINE_MESSAGE_LEN.store(text.len(), Ordering::SeqCst);
+}
+
+extern "C" fn exit_on_deadline(_: libc::c_int) {
+    use std::sync::atomic::Ordering;
+    let len = DEADLINE_MESSAGE_LEN.load(Ordering::SeqCst);
+    let ptr = DEADLINE_MESSAGE.load(Ordering::SeqCst);
+    if len > 0 && !ptr.is_null() {
+        // SAFETY: write and _exit are async-signal-safe; `ptr` and `len` describe a `'static`
+        // byte string (set_deadline_message takes only those).
+        unsafe { libc::write(2, ptr.cast(), len) };
+    }
+    // SAFETY: _exit is async-signal-safe and ends the process at once.
+    unsafe { libc::_exit(69) }
+}
+
+extern "C" fn exit_on_signal(sig: libc::c_int) {
+    // SAFETY: _exit is async-signal-safe and ends the process at once.
+    unsafe { libc::_exit(128 + sig) }
+}
+
+/// Installs, for each of `signals` (unless it is ignored), a handler that ends the process at
+/// once with 128+N, and for [`deadline_signal`] one that writes the deadline message and ends it
+/// with 69. They run only where these signals are unblocked (see `signals::HardStop`).
+pub(crate) fn install_exiting_handlers(signals: &[i32]) {
+    let install = |sig: i32, handler: extern "C" fn(libc::c_int)| {
+        // SAFETY: all-zero bytes are a valid sigaction; the handlers only call
+        // async-signal-safe functions; the mask is emptied before use.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    };
+    for &sig in signals {
+        if !is_ignored(sig) {
+            install(sig, exit_on_signal);
+        }
+    }
+    install(deadline_signal(), exit_on_deadline);
+}
+
 /// The signal the file backend sends a thread to end its blocked `flock` (see
 /// [`install_interrupting_handler`]): the first real-time signal the C library leaves free, so
 /// that every classic signal stays free for dlock to forward.

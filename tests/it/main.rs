@@ -6,6 +6,7 @@ mod conformance;
 mod faults;
 mod file;
 mod generated;
+mod hostile;
 mod modes;
 mod mysql;
 mod partition;

@@ -36,6 +36,7 @@ use super::{Backend, Holder, Lease, Mode, Reach, RenewError, Request, Status};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, redact};
 use crate::exit::{Interrupted, Unavailable, Usage};
+use crate::signals::HardStop;
 
 use self::tls::split_tls_params;
 
@@ -138,9 +139,15 @@ pub fn lock_name(key: &Key) -> String {
     format!("dlock~{hex}")
 }
 
+/// The longest any one statement may take before [`HardStop`] ends dlock (exit 69): above the
+/// longest server-side wait plus the read timeout, so that it only stops a server that keeps a
+/// reply coming a byte at a time (each byte restarts the crate's read timeout).
+const HARD_LIMIT: Duration = Duration::from_secs(8);
+
 /// Runs `sql` (possibly several statements) and returns the first column of the first row of
 /// its last result set.
 fn last_value<T: mysql::prelude::FromValue>(con: &mut Conn, sql: &str) -> mysql::Result<Option<T>> {
+    let _stop = HardStop::arm(HARD_LIMIT, "mysql");
     let mut result = con.query_iter(sql)?;
     let mut value = None;
     while let Some(set) = result.iter() {
@@ -160,6 +167,7 @@ fn last_value<T: mysql::prelude::FromValue>(con: &mut Conn, sql: &str) -> mysql:
 /// Runs `sql` (possibly several statements) and returns the first row of the first result set
 /// that has one.
 fn last_row<T: mysql::prelude::FromRow>(con: &mut Conn, sql: &str) -> mysql::Result<Option<T>> {
+    let _stop = HardStop::arm(HARD_LIMIT, "mysql");
     let mut result = con.query_iter(sql)?;
     let mut value = None;
     while let Some(set) = result.iter() {
@@ -219,6 +227,12 @@ impl MysqlBackend {
             // Given, the crate skips its `SELECT @@max_allowed_packet` round trip; dlock's
             // statements are tiny.
             .max_allowed_packet(Some(1 << 20));
+        // The crate bounds each read, not the handshake: a server dripping its greeting would
+        // keep dlock here for ever, deaf to signals.
+        let _stop = HardStop::arm(
+            CONNECT_TIMEOUT + read_timeout + COMMAND_TIMEOUT,
+            &format!("mysql: {}", self.addr),
+        );
         let con = Conn::new(opts).map_err(|e| match e {
             mysql::Error::IoError(_) | mysql::Error::DriverError(_) => self
                 .reach
@@ -319,11 +333,20 @@ impl MysqlBackend {
 
     /// (fence, metadata, connection id) of each live holder of a semaphore's slots.
     fn slot_holders(&self, con: &mut Conn, prefix: &str) -> Vec<(u64, String, u64)> {
-        con.query(format!(
+        // At most 32 slots: the LIMIT, and `take` for a server that ignores it.
+        let _stop = HardStop::arm(HARD_LIMIT, "mysql");
+        let Ok(mut result) = con.query_iter(format!(
             "SELECT fence, holder, connection_id FROM {TABLE} WHERE name LIKE '{prefix}%' \
-             AND name <> '{prefix}' AND IS_USED_LOCK(name) = connection_id ORDER BY fence"
-        ))
-        .unwrap_or_default()
+             AND name <> '{prefix}' AND IS_USED_LOCK(name) = connection_id ORDER BY fence LIMIT 64"
+        )) else {
+            return Vec::new();
+        };
+        let Some(rows) = result.iter() else {
+            return Vec::new();
+        };
+        rows.take(64)
+            .filter_map(|r| r.ok().and_then(|r| mysql::from_row_opt(r).ok()))
+            .collect()
     }
 
     fn holder_row(&self, con: &mut Conn, name: &str) -> Option<(u64, String, u64)> {

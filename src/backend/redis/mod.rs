@@ -17,7 +17,10 @@
 
 use std::time::Duration;
 
-use redis::{Client, Connection, IntoConnectionInfo, Script};
+use redis::{ConnectionInfo, IntoConnectionInfo, Script};
+
+mod conn;
+pub(super) use conn::Connection;
 
 use super::{Backend, Holder, Lease, Mode, Reach, RenewError, Request, Status};
 use crate::clock::BootInstant;
@@ -28,6 +31,8 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub(super) const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest single BLPOP: a waiter re-checks at least this often.
 const MAX_BLOCK: Duration = Duration::from_secs(5);
+/// How long cleaning up may take after a signal.
+const SIGNALLED_LIMIT: Duration = Duration::from_millis(300);
 /// How long a pushed wake-up waits for a waiter before it expires.
 const SIGNAL_TTL_MS: u64 = 1000;
 
@@ -60,7 +65,7 @@ pub(super) const STATUS: &str = include_str!("lua/status.lua");
 /// One Redis server.
 #[derive(Clone)]
 pub(super) struct Node {
-    pub(super) client: Client,
+    pub(super) info: ConnectionInfo,
     /// Whether this process reached the server (see [`Reach`]).
     pub(super) reach: Reach,
     /// host:port or socket path, without credentials.
@@ -69,20 +74,18 @@ pub(super) struct Node {
 
 impl Node {
     pub(super) fn parse(url: &str) -> Result<Node, Usage> {
-        if url.starts_with("rediss:") {
-            // redis-rs leaves the rustls crypto provider to the application (it panics without
-            // one); an error here only means one is installed already.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
         let bad = |e: redis::RedisError| Usage(format!("bad redis URL '{}': {e}", redact(url)));
         let info = url.into_connection_info().map_err(bad)?;
-        // No `CLIENT SETINFO` after connecting: one round trip less per lock (and an error
-        // reply on servers before 7.2).
-        let settings = info.redis_settings().clone().set_skip_set_lib_name();
-        let client = Client::open(info.set_redis_settings(settings)).map_err(bad)?;
-        let addr = client.get_connection_info().addr().to_string();
+        if let redis::ConnectionAddr::TcpTls { insecure: true, .. } = info.addr() {
+            return Err(Usage(format!(
+                "bad redis URL '{}': dlock does not skip certificate checks (#insecure); trust \
+                 the server's CA with SSL_CERT_FILE instead",
+                redact(url)
+            )));
+        }
+        let addr = info.addr().to_string();
         Ok(Node {
-            client,
+            info,
             addr,
             reach: Reach::default(),
         })
@@ -99,13 +102,8 @@ impl Node {
         connect: Duration,
         timeout: Duration,
     ) -> anyhow::Result<Connection> {
-        let con = self
-            .client
-            .get_connection_with_timeout(connect)
-            .map_err(|e| self.error(format!("cannot connect to {}", self.addr), e))?;
-        con.set_read_timeout(Some(timeout))?;
-        con.set_write_timeout(Some(COMMAND_TIMEOUT))?;
-        Ok(con)
+        Connection::open(&self.info, connect, timeout)
+            .map_err(|e| self.error(format!("cannot connect to {}", self.addr), e))
     }
 }
 
@@ -224,8 +222,20 @@ impl RedisBackend {
     }
 
     /// Best effort, after a lost reply: if the lock is ours after all, give it back.
-    fn release_token(&self, keys: &Keys, token: &str) {
-        if let Ok(mut con) = self.node.connect(COMMAND_TIMEOUT) {
+    /// Gives back what `token` may hold. After a signal, briefly: a server that answers
+    /// releases in a millisecond, and one that does not must not hold up the exit.
+    fn release_token(&self, keys: &Keys, token: &str, signalled: bool) {
+        let limit = if signalled {
+            SIGNALLED_LIMIT
+        } else {
+            COMMAND_TIMEOUT
+        };
+        let connect = if signalled {
+            SIGNALLED_LIMIT
+        } else {
+            CONNECT_TIMEOUT
+        };
+        if let Ok(mut con) = self.node.connect_within(connect, limit) {
             let _: redis::RedisResult<i64> = release_script(keys, token).invoke(&mut con);
         }
     }
@@ -333,7 +343,7 @@ impl Backend for RedisBackend {
         let mut waiter: Option<Waiter> = None;
         let mut told_holder = false;
         loop {
-            if let Some(sig) = req.interrupt.fired() {
+            if let Some(sig) = req.interrupted() {
                 forget_waiter(&mut con, &keys, &token);
                 return Err(Interrupted(sig).into());
             }
@@ -360,7 +370,7 @@ impl Backend for RedisBackend {
                 }
                 Err(e) => {
                     // The outcome is unknown: the lock may be ours. Give it back before failing.
-                    self.release_token(&keys, &token);
+                    self.release_token(&keys, &token, req.interrupted().is_some());
                     return Err(self.node.error(self.node.addr.clone(), e));
                 }
             };
@@ -427,6 +437,9 @@ impl Backend for RedisBackend {
             }
             let result = w.block(&keys.signal, block);
             blocked.done();
+            if result.is_err() && req.interrupted().is_some() {
+                continue; // the top of the loop cleans up
+            }
             result.map_err(|e| self.node.error(format!("waiting on {}", self.node.addr), e))?;
         }
     }

@@ -581,8 +581,24 @@ impl Backend for ZkBackend {
     fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
         let rt = self.runtime()?;
         let parent = self.key_path(req.key);
+        // A signal must end the connect too (a server that never answers would hold it for
+        // the whole connect timeout).
+        let notify = Arc::new(Notify::new());
+        let n = notify.clone();
+        let connecting = req.interrupt.on_fire(move || n.notify_one())?;
+        if let Some(sig) = req.interrupt.fired() {
+            return Err(Interrupted(sig).into());
+        }
         let (client, ours, sent) = rt.block_on(async {
-            let client = self.connect(req.ttl).await?;
+            let client = tokio::select! {
+                client = self.connect(req.ttl) => client?,
+                _ = notify.notified() => return Err(Interrupted(req.interrupt.fired().unwrap_or(libc::SIGINT)).into()),
+            };
+            drop(connecting);
+            if let Some(sig) = req.interrupt.fired() {
+                close(client, None).await;
+                return Err(Interrupted(sig).into());
+            }
             let mut created = None;
             match self.contend(&client, &parent, req, &mut created).await {
                 Ok((ours, sent)) => Ok((client, ours, sent)),
