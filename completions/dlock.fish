@@ -54,8 +54,8 @@ redis\t'Redis (single instance, or Redlock with --url given 3, 5, ... times)'
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
-complete -c dlock -n "__fish_dlock_using_subcommand status" -s k -l key -d 'The lock\'s name' -r
-complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print one JSON object (key, backend, held, holders, ...)'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s k -l key -d 'The lock\'s name; without it, every lock held or waited for on the backend, one line each' -r
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print one JSON object (key, backend, held, holders, ...); without --key, an array of them'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Log acquire, renew and release events with timings'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -29,9 +29,15 @@ pub fn main() -> ExitCode {
             Ok(cfg) => run(&cfg),
             Err(e) => usage(&e),
         },
-        Command::Status(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
-            Ok(cfg) => status(&cfg, a.json),
-            Err(e) => usage(&e),
+        Command::Status(a) => match &a.key {
+            Some(key) => match KeyConfig::new(&a.backend, key, &a.output) {
+                Ok(cfg) => status(&cfg, a.json),
+                Err(e) => usage(&e),
+            },
+            None => match crate::config::Target::from_args(&a.backend) {
+                Ok(target) => list(&target, crate::config::Verbosity::from(&a.output), a.json),
+                Err(e) => usage(&e),
+            },
         },
         Command::Break(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
             Ok(cfg) => break_lock(&cfg),
@@ -339,6 +345,35 @@ fn status(cfg: &KeyConfig, json: bool) -> u8 {
             &e.context(format!("cannot read the status of '{}'", cfg.key)),
             0,
         ),
+    }
+}
+
+/// `dlock status` without `--key`: every lock held or waited for, as a table or a JSON array.
+fn list(target: &crate::config::Target, verbosity: crate::config::Verbosity, json: bool) -> u8 {
+    report::set_verbosity(verbosity);
+    let name = target.kind.name();
+    let found = backend::open(target).and_then(|b| {
+        let mut busy = Vec::new();
+        for key in b.list_keys()? {
+            let s = b.status(&key)?;
+            if s.held || s.waiters.is_some_and(|w| w > 0) || !s.queue.is_empty() {
+                busy.push(s.with_mode());
+            }
+        }
+        busy.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok((b.location(), busy))
+    });
+    match found {
+        Ok((location, busy)) => {
+            let text = if json {
+                serde_json::to_string(&busy).unwrap_or_default() + "\n"
+            } else {
+                report::list_text(name, &location, &busy)
+            };
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
+            0
+        }
+        Err(e) => fail(name, &e.context("cannot list the locks"), 0),
     }
 }
 

@@ -308,11 +308,11 @@ pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub backend: BackendArgs,
 
-    /// The lock's name
+    /// The lock's name; without it, every lock held or waited for on the backend, one line each
     #[arg(short = 'k', long, value_name = "KEY")]
-    pub key: String,
+    pub key: Option<String>,
 
-    /// Print one JSON object (key, backend, held, holders, ...)
+    /// Print one JSON object (key, backend, held, holders, ...); without --key, an array of them
     #[arg(long)]
     pub json: bool,
 

@@ -19,7 +19,7 @@ pub(crate) const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// A lock's name: 1-256 bytes of UTF-8 without control characters. Backends must map every such
 /// key to a safe name of their own (`/`, `..`, spaces and unicode included).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key(String);
 
 impl Key {
@@ -111,7 +111,7 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    fn from_args(args: &cli::BackendArgs) -> Result<Target, Usage> {
+    pub(crate) fn from_args(args: &cli::BackendArgs) -> Result<Target, Usage> {
         let mut schemes = Vec::new();
         // clap splits --url and DLOCK_URL at spaces (several URLs for Redlock): a password with
         // a raw space in it is only whole in the joined text.

@@ -233,6 +233,58 @@ fn draw(what: &str, holder: &Mutex<Option<Holder>>, stop: &(Mutex<bool>, Condvar
 }
 
 /// `dlock status` for humans.
+/// `dlock status` without `--key`: one line per lock (key, mode, holders, since, waiters),
+/// everything that came from a server escaped.
+pub(crate) fn list_text(backend: &str, location: &str, locks: &[Status]) -> String {
+    if locks.is_empty() {
+        return format!("no lock held or waited for on {backend} ({location})\n");
+    }
+    let rows: Vec<[String; 5]> = locks
+        .iter()
+        .map(|s| {
+            let mode = match (s.mode, s.limit) {
+                (Some(m), Some(n)) => format!("{m} {n}"),
+                (Some(m), None) => m.to_string(),
+                (None, _) => "-".into(),
+            };
+            let holder = match s.holders.as_slice() {
+                [] => "-".to_string(),
+                [h] => h.short(),
+                [h, rest @ ..] => format!("{} and {} more", h.short(), rest.len()),
+            };
+            let since = s
+                .holders
+                .iter()
+                .filter_map(Holder::held_for)
+                .max()
+                .map_or("-".into(), short_duration);
+            let waiting = s.waiters.map_or("?".into(), |w| w.to_string());
+            [clean(&s.key, MAX_FIELD), mode, holder, since, waiting]
+        })
+        .collect();
+    let header = ["KEY", "MODE", "HOLDER", "FOR", "WAITING"].map(String::from);
+    let widths: Vec<usize> = (0..5)
+        .map(|i| {
+            std::iter::once(&header)
+                .chain(&rows)
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 pub(crate) fn status_text(s: &Status) -> String {
     let mut out = format!("{} on {} ({})\n", s.key, s.backend, s.location);
     if !s.held {

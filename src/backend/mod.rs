@@ -106,6 +106,10 @@ pub(crate) fn mode_mismatch(key: &Key, want: Mode, theirs: &str) -> anyhow::Erro
 /// (docs/design.md, "Holder records") and read back by `status` and by waiters.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub(crate) struct Holder {
+    /// The key this record belongs to: lets `dlock status` without `--key` name a lock stored
+    /// under a hashed name (a long key's file, a MySQL lock name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// Host name of the holder.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
@@ -316,9 +320,22 @@ pub(crate) fn hold_back_span(ttl: Duration) -> Duration {
     Duration::from_secs(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0) + 1)
 }
 
+/// How many candidate keys `dlock status` without `--key` looks at, at most.
+pub(crate) const MAX_LISTED: usize = 10_000;
+
 /// A lock backend. Implementations are used from the main thread only; a held lock lives on as a
 /// [`Lease`] on the keeper thread.
 pub(crate) trait Backend {
+    /// Keys that may be held or waited for now (a superset: `dlock status` without `--key`
+    /// asks [`Backend::status`] of each and keeps the busy ones), at most [`MAX_LISTED`].
+    fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
+        Err(crate::exit::Usage(format!(
+            "the {} backend cannot list its locks; give --key",
+            self.kind().name()
+        ))
+        .into())
+    }
+
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
 
@@ -478,6 +495,12 @@ pub(crate) fn escape_key(key: &Key) -> String {
         }
     }
     name
+}
+
+/// The key an [`escape_key`]d name stands for, if it is one.
+pub(crate) fn unescape_key(name: &str) -> Option<Key> {
+    let bytes = percent_decode(name)?;
+    Key::new(std::str::from_utf8(&bytes).ok()?).ok()
 }
 
 /// Decodes `%XX` escapes (as in a URL's path or credentials); `None` for a malformed escape.

@@ -130,6 +130,26 @@ fn jitter_ms(lo: u64, hi: u64) -> u64 {
 }
 
 impl Backend for Redlock {
+    /// The keys any master that answers knows of.
+    fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
+        let mut slots = self.slots();
+        let found = parallel(&mut slots, |slot| {
+            slot.with(COMMAND_TIMEOUT, super::redis::scan_keys)
+        });
+        let mut keys = std::collections::BTreeSet::new();
+        let mut failed = None;
+        for r in found {
+            match r {
+                Ok(k) => keys.extend(k),
+                Err(e) => failed = Some(e),
+            }
+        }
+        match (keys.is_empty(), failed) {
+            (true, Some(e)) => Err(e),
+            _ => Ok(keys.into_iter().take(super::MAX_LISTED).collect()),
+        }
+    }
+
     fn kind(&self) -> BackendKind {
         BackendKind::Redis
     }

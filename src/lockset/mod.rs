@@ -216,6 +216,10 @@ fn acquire_one(
     let on_holder = |h: &Holder| line.holder(h);
     let waiting = format!("waiting for '{key}'");
     let mut outage = Reconnecting::default();
+    let holder = Holder {
+        key: Some(key.to_string()),
+        ..want.holder.clone()
+    };
     loop {
         let next_renewal = held
             .iter()
@@ -234,10 +238,19 @@ fn acquire_one(
             mode: want.mode,
             ttl: want.ttl,
             deadline,
-            holder: want.holder,
+            holder: &holder,
             interrupt: want.interrupt,
             on_holder: &on_holder,
         });
+        if result.is_err() {
+            // A network wait on this thread may have ended for a signal: that is the answer.
+            if let Some(r) = crate::signals::pending() {
+                want.interrupt.fire(r.signal);
+            }
+            if let Some(sig) = want.interrupt.fired() {
+                return Err(Interrupted(sig).into());
+            }
+        }
         match result {
             Err(e) if sliced && e.is::<Busy>() => {
                 outage.over();

@@ -29,6 +29,7 @@ macro_rules! conformance {
             break_stops_the_holder_with_79,
             interrupt_while_waiting_leaves_nothing_behind,
             hostile_holder_metadata_never_reaches_the_terminal,
+            status_without_a_key_lists_the_busy_locks,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -522,4 +523,54 @@ pub(crate) fn hostile_holder_metadata_never_reaches_the_terminal(b: &TestBackend
     let out = run_ok(b.cmd("break").args(["-k", &key]));
     clean(&out.stdout, "break");
     holder.wait(Duration::from_secs(10));
+}
+
+/// `dlock status` without `--key` lists the locks held now, including one stored under a hashed
+/// name (a long key with capitals: hashed for files, ZooKeeper-safe, a hashed MySQL lock name),
+/// and not a key that was used and released. (Other tests' locks may show up too.)
+pub(crate) fn status_without_a_key_lists_the_busy_locks(b: &TestBackend) {
+    let short = unique_key("listed");
+    let long = format!("{}-Long-{}", unique_key("listed"), "x".repeat(200));
+    let released = unique_key("listed-free");
+    run_ok(&mut b.run(&released, &[], &["true"]));
+    let dir = scratch("listed");
+    let (m1, m2) = (dir.join("a"), dir.join("b"));
+    let mut h1 = b.holding(&short, &[], &m1);
+    let mut h2 = b.holding(&long, &[], &m2);
+    let out = run_ok(b.cmd("status").arg("--json"));
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON array");
+    let find = |k: &str| {
+        all.as_array()
+            .expect("an array")
+            .iter()
+            .find(|s| s["key"] == k)
+            .cloned()
+    };
+    for (key, h) in [(&short, &h1), (&long, &h2)] {
+        let s = find(key).unwrap_or_else(|| panic!("{key} not listed: {all}"));
+        assert_eq!(s["held"], true, "{s}");
+        assert_eq!(s["holders"][0]["pid"], h.pid(), "{s}");
+    }
+    assert!(find(&released).is_none(), "a free key is listed: {all}");
+    let text = run_ok(&mut b.cmd("status"));
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.starts_with("KEY "), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{short} ")))
+        .unwrap_or_else(|| panic!("{short} not in\n{text}"));
+    assert!(line.contains(&format!("pid {}", h1.pid())), "{line}");
+    h1.close_stdin();
+    h2.close_stdin();
+    h1.wait(Duration::from_secs(10));
+    h2.wait(Duration::from_secs(10));
+    let out = run_ok(b.cmd("status").arg("--json"));
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        !all.as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["key"] == short.as_str()),
+        "released, still listed: {all}"
+    );
 }

@@ -185,6 +185,30 @@ impl FileBackend {
 }
 
 impl Backend for FileBackend {
+    /// The lock files in the directory: an escaped name is its key; a hashed one (a long key)
+    /// names its key in the record inside.
+    fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
+        let mut keys = Vec::new();
+        let entries = std::fs::read_dir(&self.dir)
+            .with_context(|| format!("cannot list {}", self.dir.display()))?;
+        for entry in entries.flatten().take(super::MAX_LISTED) {
+            let name = entry.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
+                continue;
+            };
+            let key = match super::unescape_key(stem) {
+                Some(k) if !stem.contains('~') => Some(k),
+                _ => open_existing(&entry.path())
+                    .ok()
+                    .and_then(|f| read_data(&f).ok())
+                    .and_then(|d| d.some_holder().and_then(|h| h.key.clone()))
+                    .and_then(|k| Key::new(&k).ok()),
+            };
+            keys.extend(key);
+        }
+        Ok(keys)
+    }
+
     fn kind(&self) -> BackendKind {
         BackendKind::File
     }

@@ -360,6 +360,35 @@ impl MysqlBackend {
 }
 
 impl Backend for MysqlBackend {
+    /// The locks held now, from `dlock_locks` (a `dlock:KEY` name is its key; a hashed one or
+    /// a semaphore slot names its key in the holder record).
+    fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
+        let mut con = self.connect(COMMAND_TIMEOUT)?;
+        let _stop = HardStop::arm(HARD_LIMIT, "mysql");
+        let rows = match con.query_iter(format!(
+            "SELECT name, holder FROM {TABLE} WHERE IS_USED_LOCK(name) IS NOT NULL LIMIT {}",
+            super::MAX_LISTED
+        )) {
+            Ok(mut result) => match result.iter() {
+                Some(set) => set
+                    .take(super::MAX_LISTED)
+                    .filter_map(|r| r.ok().and_then(|r| mysql::from_row_opt(r).ok()))
+                    .collect::<Vec<(String, String)>>(),
+                None => Vec::new(),
+            },
+            Err(mysql::Error::MySqlError(e)) if e.code == 1146 => Vec::new(), // no table yet
+            Err(e) => return Err(self.fail(e)),
+        };
+        Ok(rows
+            .into_iter()
+            .filter_map(|(name, holder)| {
+                let plain = name.strip_prefix("dlock:").map(str::to_string);
+                let recorded = || serde_json::from_str::<Holder>(&holder).ok()?.key;
+                Key::new(&plain.or_else(recorded)?).ok()
+            })
+            .collect())
+    }
+
     fn kind(&self) -> BackendKind {
         BackendKind::Mysql
     }

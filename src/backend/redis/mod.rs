@@ -125,6 +125,46 @@ impl Node {
     }
 }
 
+/// The lock keys named by `dlock:{KEY}…` Redis keys on `con` (SCAN: the server is never
+/// blocked), at most [`super::MAX_LISTED`].
+pub(super) fn scan_keys(con: &mut Connection) -> redis::RedisResult<Vec<Key>> {
+    const SUFFIXES: [&str; 8] = [
+        "}",
+        "}:fence",
+        "}:owner",
+        "}:signal",
+        "}:waiters",
+        "}:holders",
+        "}:hmeta",
+        "}:wwait",
+    ];
+    let mut keys = std::collections::BTreeSet::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, names): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg("dlock:{*")
+            .arg("COUNT")
+            .arg(1000)
+            .query(con)?;
+        for name in names {
+            let Some(rest) = name.strip_prefix("dlock:{") else {
+                continue;
+            };
+            let key = SUFFIXES
+                .iter()
+                .find_map(|s| rest.strip_suffix(s))
+                .and_then(|k| Key::new(k).ok());
+            keys.extend(key);
+        }
+        if next == 0 || keys.len() >= super::MAX_LISTED {
+            return Ok(keys.into_iter().take(super::MAX_LISTED).collect());
+        }
+        cursor = next;
+    }
+}
+
 /// The names of one lock's keys.
 pub(super) struct Keys {
     pub(super) lock: String,
@@ -322,6 +362,11 @@ pub(super) fn mismatch(req: &Request<'_>, theirs: i64) -> anyhow::Error {
 }
 
 impl Backend for RedisBackend {
+    fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
+        let mut con = self.node.connect(COMMAND_TIMEOUT)?;
+        scan_keys(&mut con).map_err(|e| self.node.error(self.node.addr.clone(), e))
+    }
+
     fn kind(&self) -> BackendKind {
         BackendKind::Redis
     }
