@@ -126,7 +126,7 @@ const BAD: &[(&[&str], &str)] = &[
         "one --url",
     ),
     (&["run", "--bogus", "-k", "x", "--", "true"], "--bogus"),
-    (&["status"], "--key"),
+    (&["break"], "--key"),
     (&["status", "-k", ""], "empty"),
     (&["status", "-k", "x", "--url", "nonsense"], "nonsense"),
     (&["break", "-k", "x", "--backend", "nope"], "nope"),
