@@ -234,6 +234,9 @@ pub(crate) enum BackendName {
     Zookeeper,
     /// MySQL or MariaDB (GET_LOCK)
     Mysql,
+    /// PostgreSQL (session advisory locks)
+    #[value(alias = "pg")]
+    Postgres,
 }
 
 /// Diagnostics on stderr.

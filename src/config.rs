@@ -65,6 +65,8 @@ pub(crate) enum BackendKind {
     Zookeeper,
     /// MySQL or MariaDB.
     Mysql,
+    /// PostgreSQL.
+    Postgres,
 }
 
 impl BackendKind {
@@ -75,6 +77,7 @@ impl BackendKind {
             BackendKind::Redis => "redis",
             BackendKind::Zookeeper => "zookeeper",
             BackendKind::Mysql => "mysql",
+            BackendKind::Postgres => "postgres",
         }
     }
 
@@ -85,6 +88,7 @@ impl BackendKind {
             "redis" | "rediss" | "redis+unix" | "unix" => BackendKind::Redis,
             "zk" | "zookeeper" => BackendKind::Zookeeper,
             "mysql" | "mariadb" => BackendKind::Mysql,
+            "postgres" | "postgresql" => BackendKind::Postgres,
             _ => return None,
         })
     }
@@ -97,6 +101,7 @@ impl From<cli::BackendName> for BackendKind {
             cli::BackendName::Redis => BackendKind::Redis,
             cli::BackendName::Zookeeper => BackendKind::Zookeeper,
             cli::BackendName::Mysql => BackendKind::Mysql,
+            cli::BackendName::Postgres => BackendKind::Postgres,
         }
     }
 }

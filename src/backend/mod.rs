@@ -10,6 +10,7 @@ pub(crate) mod file;
 #[cfg(test)]
 pub(crate) mod memory;
 pub(crate) mod mysql;
+pub(crate) mod postgres;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod zookeeper;
@@ -478,6 +479,7 @@ pub(crate) fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
         }
         BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(&target.urls)?)),
         BackendKind::Mysql => Ok(Box::new(mysql::MysqlBackend::open(&target.urls)?)),
+        BackendKind::Postgres => Ok(Box::new(postgres::PgBackend::open(&target.urls)?)),
         BackendKind::Zookeeper => Ok(Box::new(zookeeper::ZkBackend::open(&target.urls)?)),
     }
 }

@@ -111,6 +111,9 @@ fn preamble(backend: &str, flood: bool) -> &'static [u8] {
         // A ZooKeeper frame (the connect response): 256 bytes to drip, or 2 GiB - 1 to flood.
         ("zookeeper", false) => &[0, 0, 1, 0],
         ("zookeeper", true) => &[0x7f, 0xff, 0xff, 0xff],
+        // A PostgreSQL message (the authentication request): 256 bytes, or 2 GiB - 1.
+        ("postgres", false) => b"R\x00\x00\x01\x00",
+        ("postgres", true) => b"R\x7f\xff\xff\xff",
         _ => unreachable!(),
     }
 }
@@ -120,6 +123,7 @@ fn url(backend: &str, port: u16) -> String {
         "redis" => format!("redis://127.0.0.1:{port}"),
         "mysql" => format!("mysql://root@127.0.0.1:{port}/dlock"),
         "zookeeper" => format!("zk://127.0.0.1:{port}"),
+        "postgres" => format!("postgres://postgres@127.0.0.1:{port}/postgres"),
         _ => unreachable!(),
     }
 }
@@ -136,7 +140,7 @@ fn dlock_against(backend: &str, port: u16, extra: &[&str]) -> Command {
     cmd
 }
 
-const BACKENDS: [&str; 3] = ["redis", "mysql", "zookeeper"];
+const BACKENDS: [&str; 4] = ["redis", "mysql", "zookeeper", "postgres"];
 
 /// Each misbehaving server makes dlock fail on its own, in a bounded time, with exit 69 and
 /// one line saying what went wrong.

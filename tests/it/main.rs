@@ -10,6 +10,7 @@ mod hostile;
 mod modes;
 mod mysql;
 mod partition;
+mod postgres;
 mod redis;
 mod redlock;
 mod servers;

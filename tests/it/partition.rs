@@ -319,3 +319,6 @@ partition_cases!(zookeeper, shared_zookeeper().map(|z| vec![z.url()]), |u| {
     TestBackend::zookeeper(&u[0])
 });
 partition_cases!(redlock, shared_redlock(), TestBackend::redlock);
+partition_cases!(postgres, shared_postgres().map(|p| vec![p.url()]), |u| {
+    TestBackend::postgres(&u[0])
+});

@@ -108,6 +108,14 @@ impl TestBackend {
         }
     }
 
+    /// PostgreSQL at `url`.
+    pub(crate) fn postgres(url: &str) -> TestBackend {
+        TestBackend {
+            shared: true,
+            ..TestBackend::server("postgres", url)
+        }
+    }
+
     /// ZooKeeper at `url`. The lease is the session: the test servers allow 1 s and more.
     pub(crate) fn zookeeper(url: &str) -> TestBackend {
         TestBackend {

@@ -1,0 +1,710 @@
+//! The PostgreSQL backend: a session advisory lock on a dedicated connection (no pool).
+//!
+//! - Key → advisory key: the first 8 bytes of SHA-256(`dlock:` + key), big-endian, as a signed
+//!   64-bit number ([`advisory_id`]); an application takes the same lock with
+//!   `pg_advisory_lock(<id>)` (`dlock status --json` shows the id).
+//! - Exclusive: `pg_advisory_lock`; `--shared`: `pg_advisory_lock_shared`. The server does the
+//!   waiting, in its lock queue: a try first, then one blocking call bounded by `lock_timeout`
+//!   (`--wait`), so a waiter keeps its place in the queue. PostgreSQL queues a shared request
+//!   behind a waiting exclusive one (a conflict with a waiter counts), so writers are not
+//!   starved. A signal sends a cancel request and closes the connection, which releases
+//!   anything granted meanwhile.
+//! - The lease is the session: the server releases the lock when the session ends. Its
+//!   `idle_session_timeout` is `--ttl` rounded up (PostgreSQL ≥ 14), so the server ends a
+//!   partitioned holder's session — and frees the lock — no sooner than a TTL after its last
+//!   statement, while the keeper checks the lock every ttl/3 (which also resets that timer) and
+//!   stops the command at the client's deadline, which is earlier. A holder whose session is
+//!   ended (`pg_terminate_backend`) learns it from the closed connection at once.
+//! - Fencing token: `dlock_fences`, one row per advisory id, bumped to the larger of fence + 1
+//!   and the server clock in microseconds, on the lock's own connection; the holder record in
+//!   `dlock_holders`, one row per backend pid. Both tables are created if missing.
+//! - A standby is refused (its advisory locks are its own); a server up for less than the TTL
+//!   holds the lock back ([`super::hold_back_until`], from `pg_postmaster_start_time()`).
+
+mod stream;
+mod url;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sha2::{Digest, Sha256};
+use tokio::runtime::Runtime;
+use tokio::sync::Notify;
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+use super::{Backend, Holder, Lease, LossNotifier, Mode, Reach, RenewError, Request, Status};
+use crate::clock::BootInstant;
+use crate::config::{BackendKind, Key};
+use crate::exit::{Interrupted, Unavailable};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The fencing counters and holder records (created if missing; docs/backends.md has the SQL).
+const CREATE_TABLES: &str = "CREATE TABLE IF NOT EXISTS dlock_fences (\
+        id bigint PRIMARY KEY, fence bigint NOT NULL); \
+    CREATE TABLE IF NOT EXISTS dlock_holders (\
+        pid integer PRIMARY KEY, id bigint NOT NULL, key text NOT NULL, \
+        fence bigint NOT NULL, holder text NOT NULL)";
+
+/// The advisory key of `key`: what `pg_advisory_lock(<id>)` takes.
+pub(crate) fn advisory_id(key: &Key) -> i64 {
+    let digest = Sha256::digest(format!("dlock:{key}").as_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(b)
+}
+
+/// `pg_locks`' columns for a single-bigint advisory lock on `id`.
+fn lock_filter(id: i64) -> String {
+    let id = id as u64;
+    format!(
+        "locktype = 'advisory' AND classid = {}::oid AND objid = {}::oid AND objsubid = 1",
+        id >> 32,
+        id & 0xffff_ffff
+    )
+}
+
+pub(crate) struct PgBackend {
+    config: url::PgConfig,
+    rt: std::sync::OnceLock<Arc<Runtime>>,
+    reach: Reach,
+}
+
+/// Why a connect failed.
+#[derive(Debug)]
+enum Connect {
+    Io(std::io::Error),
+    Pg(tokio_postgres::Error),
+}
+
+impl std::fmt::Display for Connect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Connect::Io(e) => write!(f, "{e}"),
+            Connect::Pg(e) => write!(f, "{}", db_text(e)),
+        }
+    }
+}
+
+/// A connection and what tells when it ended.
+struct Session {
+    client: Client,
+    /// Set to true when the connection task ends (the server closed it, or it broke).
+    ended: tokio::sync::watch::Receiver<bool>,
+}
+
+impl PgBackend {
+    pub(crate) fn open(urls: &[String]) -> anyhow::Result<PgBackend> {
+        let config = match urls {
+            [] => url::PgConfig::parse(url::DEFAULT_URL)?,
+            [one] => url::PgConfig::parse(one)?,
+            _ => {
+                return Err(
+                    crate::exit::Usage("the postgres backend takes one --url".into()).into(),
+                );
+            }
+        };
+        Ok(PgBackend {
+            config,
+            rt: std::sync::OnceLock::new(),
+            reach: Reach::default(),
+        })
+    }
+
+    fn runtime(&self) -> anyhow::Result<Arc<Runtime>> {
+        if let Some(rt) = self.rt.get() {
+            return Ok(rt.clone());
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(1)
+            .thread_name("dlock-pg")
+            .enable_all()
+            .build()
+            .context("cannot start the PostgreSQL client's runtime")?;
+        Ok(self.rt.get_or_init(|| Arc::new(rt)).clone())
+    }
+
+    fn addr(&self) -> &str {
+        &self.config.addr
+    }
+
+    /// A transport failure or a server error, as dlock's error types.
+    fn fail(&self, doing: &str, e: tokio_postgres::Error) -> anyhow::Error {
+        if e.as_db_error().is_some() {
+            Unavailable(format!("{}: cannot {doing}: {}", self.addr(), db_text(&e))).into()
+        } else {
+            self.reach
+                .transport_error(format!("{}: cannot {doing}: {}", self.addr(), db_text(&e)))
+        }
+    }
+
+    /// A new session named for `key` in `pg_stat_activity`, within [`CONNECT_TIMEOUT`] for TCP
+    /// and as much again for the handshake.
+    async fn connect(&self, application: &str) -> anyhow::Result<Session> {
+        let mut cfg = self.config.config.clone();
+        cfg.application_name(application);
+        let connecting = tokio::time::timeout(CONNECT_TIMEOUT * 2, async {
+            let socket = tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                stream::Socket::connect(&self.config.target, self.config.port),
+            )
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))
+            .map_err(Connect::Io)?
+            .map_err(Connect::Io)?;
+            cfg.connect_raw(stream::Checked::new(socket), NoTls)
+                .await
+                .map_err(Connect::Pg)
+        });
+        let (client, connection) = match connecting.await {
+            Ok(Ok(c)) => c,
+            Ok(Err(Connect::Pg(e))) if e.as_db_error().is_some() => {
+                return Err(Unavailable(format!(
+                    "cannot connect to {}: {}",
+                    self.addr(),
+                    db_text(&e)
+                ))
+                .into());
+            }
+            Ok(Err(e)) => {
+                return Err(self
+                    .reach
+                    .transport_error(format!("cannot connect to {}: {e}", self.addr())));
+            }
+            Err(_) => {
+                return Err(self.reach.transport_error(format!(
+                    "cannot connect to {}: no answer within {:?}",
+                    self.addr(),
+                    CONNECT_TIMEOUT * 2
+                )));
+            }
+        };
+        let (tx, ended) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let _ = connection.await;
+            let _ = tx.send(true);
+        });
+        self.reach.connected();
+        Ok(Session { client, ended })
+    }
+
+    /// Runs `sql` (one or more statements, text protocol) within `limit`; returns the rows of
+    /// every statement, as text.
+    async fn simple(
+        &self,
+        client: &Client,
+        sql: &str,
+        limit: Duration,
+        doing: &str,
+    ) -> anyhow::Result<Vec<Vec<Option<String>>>> {
+        match tokio::time::timeout(limit, client.simple_query(sql)).await {
+            Ok(Ok(messages)) => Ok(rows(messages)),
+            Ok(Err(e)) => Err(self.fail(doing, e)),
+            Err(_) => Err(self.reach.transport_error(format!(
+                "{}: cannot {doing}: no answer within {limit:?}",
+                self.addr()
+            ))),
+        }
+    }
+
+    /// Records the holder and bumps the fence, creating the tables if missing. Returns the
+    /// fence and the server's uptime in seconds.
+    async fn record(
+        &self,
+        client: &Client,
+        key: &Key,
+        holder: &Holder,
+    ) -> anyhow::Result<(u64, u64)> {
+        let id = advisory_id(key);
+        let meta = serde_json::to_string(holder)?;
+        let sql = format!(
+            "WITH f AS (INSERT INTO dlock_fences (id, fence) \
+               VALUES ({id}, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) \
+               ON CONFLICT (id) DO UPDATE SET fence = greatest(dlock_fences.fence + 1, EXCLUDED.fence) \
+               RETURNING fence), \
+             h AS (INSERT INTO dlock_holders (pid, id, key, fence, holder) \
+               SELECT pg_backend_pid(), {id}, {k}, f.fence, {m} FROM f \
+               ON CONFLICT (pid) DO UPDATE SET id = EXCLUDED.id, key = EXCLUDED.key, \
+               fence = EXCLUDED.fence, holder = EXCLUDED.holder) \
+             SELECT fence, floor(extract(epoch FROM now() - pg_postmaster_start_time()))::bigint FROM f",
+            k = literal(key.as_str()),
+            m = literal(&meta),
+        );
+        let mut result = self
+            .simple(client, &sql, COMMAND_TIMEOUT, "record the holder")
+            .await;
+        if let Err(e) = &result {
+            if e.to_string().contains("does not exist") {
+                let created = self
+                    .simple(
+                        client,
+                        CREATE_TABLES,
+                        COMMAND_TIMEOUT,
+                        "create dlock's tables",
+                    )
+                    .await;
+                match created {
+                    Ok(_) => {}
+                    // Another session created them at the same moment (CREATE TABLE IF NOT
+                    // EXISTS is not safe against a concurrent one: 23505 on pg_type).
+                    Err(e)
+                        if e.to_string().contains("(23505)")
+                            || e.to_string().contains("(42P07)") => {}
+                    Err(e) => {
+                        return Err(e.context(
+                            "create the tables as an administrator (docs/backends.md has the SQL)",
+                        ));
+                    }
+                }
+                result = self
+                    .simple(client, &sql, COMMAND_TIMEOUT, "record the holder")
+                    .await;
+            }
+        }
+        let rows = result?;
+        let row = rows.first().context("no fence returned")?;
+        let fence = cell(row, 0)
+            .and_then(|v| v.parse().ok())
+            .context("no fence returned")?;
+        let uptime = cell(row, 1)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0);
+        Ok((fence, u64::try_from(uptime).unwrap_or(0)))
+    }
+
+    /// The first recorded holder of `id` that holds it now, for the waiting line.
+    async fn current_holder(&self, client: &Client, id: i64) -> Option<Holder> {
+        let sql = format!(
+            "SELECT h.holder FROM dlock_holders h JOIN pg_locks l ON l.pid = h.pid \
+             WHERE h.id = {id} AND l.granted AND l.{} LIMIT 1",
+            lock_filter(id).replace(" AND ", " AND l.")
+        );
+        let rows = self
+            .simple(client, &sql, COMMAND_TIMEOUT, "read the holder")
+            .await
+            .ok()?;
+        serde_json::from_str(cell(rows.first()?, 0)?).ok()
+    }
+
+    /// Takes `req`'s lock on `s`.
+    async fn take(&self, s: &Session, req: &Request<'_>, notify: &Notify) -> anyhow::Result<()> {
+        let id = advisory_id(req.key);
+        let shared = if req.mode == Mode::Shared {
+            "_shared"
+        } else {
+            ""
+        };
+        let timeout = ttl_secs(req.ttl);
+        // One round trip: the session's lease settings, the checks, and a try.
+        let first = format!(
+            "SET idle_session_timeout = '{timeout}s'; \
+             SELECT pg_is_in_recovery(), pg_try_advisory_lock{shared}({id})"
+        );
+        let rows = match self
+            .simple(&s.client, &first, COMMAND_TIMEOUT, "try the lock")
+            .await
+        {
+            Err(e) if e.to_string().contains("idle_session_timeout") => {
+                return Err(Unavailable(format!(
+                    "{}: the server is older than PostgreSQL 14 and has no idle_session_timeout, \
+                     so it would not end a partitioned holder's session (and free its lock) in \
+                     time; use PostgreSQL 14 or later",
+                    self.addr()
+                ))
+                .into());
+            }
+            r => r?,
+        };
+        let row = rows.first().context("no reply to the lock request")?;
+        if cell(row, 0) == Some("t") {
+            return Err(Unavailable(format!(
+                "{} is a standby (in recovery): its advisory locks are its own, not the \
+                 primary's; point dlock at the primary",
+                self.addr()
+            ))
+            .into());
+        }
+        if cell(row, 1) == Some("t") {
+            return Ok(());
+        }
+        if req.waited_out() {
+            let holder = self.current_holder(&s.client, id).await;
+            return Err(req.busy(holder.as_ref()));
+        }
+        if let Some(h) = self.current_holder(&s.client, id).await {
+            (req.on_holder)(&h);
+        }
+        // Waiting, in the server's queue, for at most the time left.
+        let lock_timeout = req.deadline.remaining().map_or(0, |d| d.as_millis().max(1));
+        let wait = format!(
+            "SET lock_timeout = {lock_timeout}; SELECT pg_advisory_lock{shared}({id}); \
+             SET lock_timeout = 0"
+        );
+        let cancel = s.client.cancel_token();
+        tokio::select! {
+            r = s.client.simple_query(&wait) => match r {
+                Ok(_) => Ok(()),
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+                    let holder = self.current_holder(&s.client, id).await;
+                    Err(req.busy(holder.as_ref()))
+                }
+                Err(e) => Err(self.fail("wait for the lock", e)),
+            },
+            _ = notify.notified() => {
+                // The session is closed by the caller, which releases anything granted.
+                let _ = tokio::time::timeout(Duration::from_millis(500), async {
+                    let socket = stream::Socket::connect(&self.config.target, self.config.port).await?;
+                    cancel
+                        .cancel_query_raw(socket, NoTls)
+                        .await
+                        .map_err(std::io::Error::other)
+                })
+                .await;
+                Err(Interrupted(req.interrupt.fired().unwrap_or(libc::SIGINT)).into())
+            }
+        }
+    }
+}
+
+/// `--ttl` as whole seconds, rounded up (at least 1): what a server-side timeout must be so that
+/// it never ends before the client's lease.
+fn ttl_secs(ttl: Duration) -> u64 {
+    (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
+}
+
+/// A string literal for SQL (standard strings: only `'` needs doubling).
+fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// The rows of a simple query's result sets, as text cells.
+fn rows(messages: Vec<SimpleQueryMessage>) -> Vec<Vec<Option<String>>> {
+    messages
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn cell(row: &[Option<String>], i: usize) -> Option<&str> {
+    row.get(i).and_then(|c| c.as_deref())
+}
+
+/// An error in words: a server error's message and code, or a transport error with its cause
+/// (tokio-postgres's own text is only the kind: "error communicating with the server").
+fn db_text(e: &tokio_postgres::Error) -> String {
+    match (e.as_db_error(), std::error::Error::source(e)) {
+        (Some(db), _) => format!("{} ({})", db.message(), db.code().code()),
+        (None, Some(cause)) => format!("{e}: {cause}"),
+        (None, None) => e.to_string(),
+    }
+}
+
+impl Backend for PgBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Postgres
+    }
+
+    fn location(&self) -> String {
+        self.config.addr.clone()
+    }
+
+    fn unsupported(&self, mode: Mode) -> Option<String> {
+        match mode {
+            Mode::Exclusive | Mode::Shared => None,
+            Mode::Limit(_) => Some(
+                "--limit is not supported by the postgres backend yet (exclusive and --shared are)"
+                    .into(),
+            ),
+        }
+    }
+
+    fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
+        let rt = self.runtime()?;
+        let notify = Arc::new(Notify::new());
+        let n = notify.clone();
+        let guard = req.interrupt.on_fire(move || n.notify_one())?;
+        if let Some(sig) = req.interrupt.fired() {
+            return Err(Interrupted(sig).into());
+        }
+        let application = application_name(req.key);
+        let result = rt.block_on(async {
+            let s = tokio::select! {
+                s = self.connect(&application) => s?,
+                _ = notify.notified() => {
+                    return Err(anyhow::Error::from(Interrupted(
+                        req.interrupt.fired().unwrap_or(libc::SIGINT),
+                    )));
+                }
+            };
+            self.take(&s, req, &notify).await?;
+            // The lease counts from the statement after the grant: the server's idle clock
+            // (idle_session_timeout) starts when that one ends, which is after it was sent. (The
+            // grant's own send time could be a whole wait earlier.)
+            let sent = BootInstant::now();
+            let (fence, uptime) = self.record(&s.client, req.key, req.holder).await?;
+            Ok((s, sent, fence, uptime))
+        });
+        drop(guard);
+        // On any error the session is dropped here, which releases whatever it holds.
+        let (session, sent, fence, uptime) = result?;
+        let id = advisory_id(req.key);
+        Ok(Box::new(PgLease {
+            check: format!(
+                "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND granted AND {}",
+                lock_filter(id)
+            ),
+            session: Some(session),
+            rt,
+            addr: self.addr().to_string(),
+            ttl: req.ttl,
+            fence,
+            acquired_at: sent,
+            held_back_until: super::hold_back_until(uptime, req.ttl),
+            releasing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        }))
+    }
+
+    fn status(&self, key: &Key) -> anyhow::Result<Status> {
+        let rt = self.runtime()?;
+        rt.block_on(async {
+            let s = self.connect("dlock status").await?;
+            self.status_on(&s.client, key).await
+        })
+    }
+
+    fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
+        let rt = self.runtime()?;
+        rt.block_on(async {
+            let s = self.connect("dlock status").await?;
+            let sql = format!(
+                "SELECT DISTINCT h.key FROM dlock_holders h JOIN pg_locks l ON l.pid = h.pid \
+                 AND l.locktype = 'advisory' AND l.objsubid = 1 \
+                 AND l.classid = ((h.id >> 32) & 4294967295)::oid \
+                 AND l.objid = (h.id & 4294967295)::oid LIMIT {}",
+                super::MAX_LISTED
+            );
+            match self
+                .simple(&s.client, &sql, COMMAND_TIMEOUT, "list the locks")
+                .await
+            {
+                Ok(rows) => Ok(rows
+                    .iter()
+                    .filter_map(|r| Key::new(cell(r, 0)?).ok())
+                    .collect()),
+                Err(e) if e.to_string().contains("does not exist") => Ok(Vec::new()),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
+        let rt = self.runtime()?;
+        rt.block_on(async {
+            let s = self.connect("dlock break").await?;
+            let status = self.status_on(&s.client, key).await?;
+            let sql = format!(
+                "SELECT pid, pg_terminate_backend(pid) FROM pg_locks WHERE granted AND {}",
+                lock_filter(advisory_id(key))
+            );
+            self.simple(&s.client, &sql, COMMAND_TIMEOUT, "end the holder's session")
+                .await
+                .map_err(|e| {
+                    e.context(
+                        "ending another user's session needs the pg_signal_backend role (or \
+                         superuser)",
+                    )
+                })?;
+            Ok(status)
+        })
+    }
+}
+
+impl PgBackend {
+    async fn status_on(&self, client: &Client, key: &Key) -> anyhow::Result<Status> {
+        let id = advisory_id(key);
+        let sql = format!(
+            "SELECT l.pid, l.mode, l.granted, coalesce(host(a.client_addr), 'local'), \
+             a.application_name, floor(extract(epoch FROM a.backend_start) * 1000)::bigint \
+             FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.{} ORDER BY l.granted DESC, l.pid",
+            lock_filter(id).replace(" AND ", " AND l.")
+        );
+        let locks = self
+            .simple(client, &sql, COMMAND_TIMEOUT, "read pg_locks")
+            .await?;
+        let records: Vec<Vec<Option<String>>> = self
+            .simple(
+                client,
+                &format!("SELECT pid, fence, holder FROM dlock_holders WHERE id = {id}"),
+                COMMAND_TIMEOUT,
+                "read the holder records",
+            )
+            .await
+            .unwrap_or_default();
+        let mut status = Status::new(
+            key,
+            self.kind(),
+            format!("{} (advisory key {id})", self.addr()),
+        );
+        let mut waiters = 0;
+        let mut shared = false;
+        for row in &locks {
+            let pid = cell(row, 0).unwrap_or("?");
+            if cell(row, 2) != Some("t") {
+                waiters += 1;
+                continue;
+            }
+            shared |= cell(row, 1) == Some("ShareLock");
+            let record = records.iter().find(|r| cell(r, 0) == Some(pid));
+            let mut h: Holder = record
+                .and_then(|r| serde_json::from_str(cell(r, 2)?).ok())
+                .unwrap_or_default();
+            if let Some(fence) = record.and_then(|r| cell(r, 1)?.parse().ok()) {
+                h.fencing_token = Some(fence);
+            }
+            h.session = Some(format!("backend pid {pid}"));
+            if record.is_none() {
+                // Not dlock: an application's pg_advisory_lock(<id>).
+                h.host = cell(row, 3).map(str::to_string);
+                h.since_ms = cell(row, 5).and_then(|v| v.parse().ok());
+                status.notes.push(format!(
+                    "backend pid {pid} ({}) holds it without a dlock record",
+                    cell(row, 4).unwrap_or("")
+                ));
+            }
+            status.holders.push(h);
+        }
+        status.held = !status.holders.is_empty();
+        if shared {
+            status.mode = Some(Mode::Shared.name());
+        }
+        status.waiters = Some(waiters);
+        Ok(status)
+    }
+}
+
+/// `application_name` for a lock's session: "dlock KEY", cut to the 63 bytes the server keeps.
+fn application_name(key: &Key) -> String {
+    let mut name: String = format!("dlock {key}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    name.truncate(63);
+    name
+}
+
+/// A held advisory lock: it lives exactly as long as its session.
+struct PgLease {
+    session: Option<Session>,
+    rt: Arc<Runtime>,
+    addr: String,
+    /// Counts the lock among this session's granted locks (1 while held).
+    check: String,
+    ttl: Duration,
+    fence: u64,
+    acquired_at: BootInstant,
+    held_back_until: Option<BootInstant>,
+    /// Set before releasing: the session's end is then expected, not a loss.
+    releasing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Lease for PgLease {
+    fn fencing_token(&self) -> Option<u64> {
+        Some(self.fence)
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.ttl)
+    }
+
+    fn acquired_at(&self) -> BootInstant {
+        self.acquired_at
+    }
+
+    fn held_back_until(&self) -> Option<BootInstant> {
+        self.held_back_until
+    }
+
+    fn renew(&mut self) -> Result<(), RenewError> {
+        let Some(s) = &self.session else {
+            return Err(RenewError::Lost("the session is gone".into()));
+        };
+        let limit = COMMAND_TIMEOUT.min(self.ttl / 3);
+        let result = self.rt.block_on(async {
+            tokio::time::timeout(limit, s.client.simple_query(&self.check)).await
+        });
+        match result {
+            Ok(Ok(messages)) => match rows(messages).first().and_then(|r| cell(r, 0)) {
+                Some("1") => Ok(()),
+                _ => Err(RenewError::Lost(format!(
+                    "{}: the session no longer holds the lock",
+                    self.addr
+                ))),
+            },
+            Ok(Err(e)) if e.is_closed() || e.as_db_error().is_some() => Err(RenewError::Lost(
+                format!("{}: the session ended: {}", self.addr, db_text(&e)),
+            )),
+            Ok(Err(e)) => Err(RenewError::Failed(anyhow::anyhow!("{}: {e}", self.addr))),
+            Err(_) => Err(RenewError::Failed(anyhow::anyhow!(
+                "{}: no answer within {limit:?}",
+                self.addr
+            ))),
+        }
+    }
+
+    fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+        self.releasing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let Some(s) = self.session.take() else {
+            return Ok(());
+        };
+        // Unlock explicitly, so that the next holder can start before this session's backend
+        // has exited; closing the connection would release it too.
+        let r = self.rt.block_on(async {
+            tokio::time::timeout(
+                COMMAND_TIMEOUT,
+                s.client.simple_query("SELECT pg_advisory_unlock_all()"),
+            )
+            .await
+        });
+        drop(s);
+        match r {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(anyhow::anyhow!("{}: {e}", self.addr)),
+            Err(_) => Err(anyhow::anyhow!("{}: no answer to the release", self.addr)),
+        }
+    }
+
+    fn watch_loss(&mut self, lost: LossNotifier) {
+        let Some(s) = &self.session else {
+            return;
+        };
+        let mut ended = s.ended.clone();
+        let releasing = self.releasing.clone();
+        let addr = self.addr.clone();
+        self.rt.spawn(async move {
+            while !*ended.borrow() {
+                if ended.changed().await.is_err() {
+                    break;
+                }
+            }
+            if !releasing.load(std::sync::atomic::Ordering::SeqCst) {
+                lost(format!("{addr}: the server ended the session"));
+            }
+        });
+    }
+}

@@ -1,0 +1,170 @@
+//! `postgres://` and `postgresql://` URLs in libpq's form, and libpq's password sources.
+
+use std::path::PathBuf;
+
+use tokio_postgres::config::Host;
+
+use crate::config::redact;
+use crate::exit::Usage;
+
+pub(super) const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// Where the server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Target {
+    /// A host name or address.
+    Tcp(String),
+    /// The directory holding the server's Unix socket.
+    Unix(String),
+}
+
+/// A parsed URL: the client configuration, where to connect, and the address for messages
+/// (no credentials).
+pub(super) struct PgConfig {
+    pub(super) config: tokio_postgres::Config,
+    pub(super) target: Target,
+    pub(super) port: u16,
+    pub(super) addr: String,
+}
+
+impl PgConfig {
+    /// `postgres://user:pass@host[:port]/db?sslmode=…`, or a socket directory as
+    /// `postgres:///db?host=/var/run/postgresql`. Without a password in the URL: `PGPASSWORD`,
+    /// then the password file (`PGPASSFILE` or `~/.pgpass`), as libpq does.
+    pub(super) fn parse(url: &str) -> Result<PgConfig, Usage> {
+        let bad = |why: String| Usage(format!("bad postgres URL '{}': {why}", redact(url)));
+        let lower = url.to_ascii_lowercase();
+        if !(lower.starts_with("postgres://") || lower.starts_with("postgresql://")) {
+            return Err(bad("expected postgres://…".into()));
+        }
+        // Usage errors are scrubbed of the URL's secrets when printed (report::usage_error).
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e: tokio_postgres::Error| bad(e.to_string()))?;
+        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            return Err(bad(
+                "sslmode=require: TLS is not supported by dlock's postgres backend yet".into(),
+            ));
+        }
+        if config.get_hosts().is_empty() {
+            config.host("127.0.0.1");
+        }
+        if config.get_user().is_none() {
+            config.user(std::env::var("PGUSER").unwrap_or_else(|_| "postgres".into()));
+        }
+        if config.get_dbname().is_none() {
+            let user = config.get_user().unwrap_or("postgres").to_string();
+            config.dbname(&user);
+        }
+        let target = match &config.get_hosts()[0] {
+            Host::Tcp(h) => Target::Tcp(h.clone()),
+            Host::Unix(p) => Target::Unix(p.display().to_string()),
+        };
+        let host = match &target {
+            Target::Tcp(h) | Target::Unix(h) => h.clone(),
+        };
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        let addr = format!("{host}:{port}/{}", config.get_dbname().unwrap_or_default());
+        if config.get_password().is_none() {
+            let password = std::env::var("PGPASSWORD").ok().or_else(|| {
+                let user = config.get_user().unwrap_or_default();
+                let db = config.get_dbname().unwrap_or_default();
+                let host = match &config.get_hosts()[0] {
+                    Host::Tcp(h) => h.clone(),
+                    Host::Unix(_) => "localhost".into(),
+                };
+                pgpass(&host, port, db, user)
+            });
+            if let Some(p) = password {
+                config.password(p);
+            }
+        }
+        // dlock connects the socket itself; no TLS yet, so never ask the server for it.
+        config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+        Ok(PgConfig {
+            config,
+            target,
+            port,
+            addr,
+        })
+    }
+}
+
+/// The password for (host, port, db, user) from the password file, as libpq reads it: lines
+/// `host:port:database:user:password`, `*` matching anything, `\:` and `\\` escaped, the first
+/// match wins; ignored unless the file is readable by its owner only.
+fn pgpass(host: &str, port: u16, db: &str, user: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let path = std::env::var_os("PGPASSFILE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))?;
+    let meta = std::fs::metadata(&path).ok()?;
+    if !meta.is_file() || meta.mode() & 0o077 != 0 || meta.len() > 1 << 20 {
+        return None;
+    }
+    let text = std::fs::read_to_string(&path).ok()?;
+    let port = port.to_string();
+    let want = [host, port.as_str(), db, user];
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .find_map(|line| {
+            let fields = split_pgpass(line);
+            if fields.len() != 5 {
+                return None;
+            }
+            let matches = fields[..4]
+                .iter()
+                .zip(want)
+                .all(|(f, w)| f == "*" || f == w);
+            matches.then(|| fields[4].clone())
+        })
+}
+
+/// One line's fields, `\` escaping the next character.
+fn split_pgpass(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    fields.last_mut().expect("never empty").push(n);
+                }
+            }
+            ':' if fields.len() < 5 => fields.push(String::new()),
+            c => fields.last_mut().expect("never empty").push(c),
+        }
+    }
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pgpass_lines_split_like_libpq() {
+        assert_eq!(
+            split_pgpass(r"h:5432:*:u:pa\:ss:word"),
+            vec!["h", "5432", "*", "u", "pa:ss:word"]
+        );
+        assert_eq!(
+            split_pgpass(r"a\\b:1:d:u:p"),
+            vec![r"a\b", "1", "d", "u", "p"]
+        );
+    }
+
+    #[test]
+    fn urls() {
+        let c = PgConfig::parse("postgres://u:secret@db.example:6543/app").unwrap();
+        assert_eq!(c.addr, "db.example:6543/app");
+        assert!(!c.addr.contains("secret"));
+        let c = PgConfig::parse("postgresql:///app?host=/run/postgresql").unwrap();
+        assert_eq!(c.addr, "/run/postgresql:5432/app");
+        assert!(PgConfig::parse("postgres://u:p@h/db?sslmode=require").is_err());
+        let Err(e) = PgConfig::parse("postgres://u:s3cr3t@h:notaport/db") else {
+            panic!("a bad port parsed");
+        };
+        assert!(!e.0.contains("s3cr3t"), "{}", e.0);
+    }
+}

@@ -1,0 +1,176 @@
+//! The postgres backend against a real PostgreSQL started by the harness.
+
+use std::time::{Duration, Instant};
+
+use crate::servers::shared_postgres;
+use crate::util::*;
+
+crate::conformance!(match shared_postgres() {
+    Some(p) => TestBackend::postgres(&p.url()),
+    None => return,
+});
+
+/// Shared locks, several keys and nested runs (`--limit` is refused: not supported yet).
+mod modes {
+    use super::*;
+
+    crate::modes!(match shared_postgres() {
+        Some(p) => TestBackend::postgres(&p.url()),
+        None => return,
+    });
+}
+
+mod faults {
+    use super::*;
+
+    crate::faults!(match shared_postgres() {
+        Some(p) => TestBackend::postgres(&p.url()),
+        None => return,
+    });
+}
+
+/// The advisory key dlock takes for a key, as `dlock status --json` shows it.
+fn advisory_id(b: &TestBackend, key: &str) -> i64 {
+    let s = b.status(key);
+    let location = s["location"].as_str().unwrap().to_string();
+    let id = location
+        .rsplit_once("advisory key ")
+        .and_then(|(_, rest)| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("no advisory key in {location}"));
+    id.parse().unwrap()
+}
+
+/// An application's `pg_advisory_lock(<id>)` in psql and dlock exclude each other, both ways,
+/// and `status` shows the application as a holder.
+#[test]
+fn psql_advisory_lock_and_dlock_exclude_each_other() {
+    let Some(pg) = shared_postgres() else { return };
+    let b = TestBackend::postgres(&pg.url());
+    let key = unique_key("psql");
+    let id = advisory_id(&b, &key);
+    // psql holds the lock for as long as its stdin stays open.
+    let mut app = Proc::spawn(&mut pg.psql());
+    {
+        use std::io::Write;
+        let stdin = app.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "SELECT pg_advisory_lock({id});").unwrap();
+        stdin.flush().unwrap();
+    }
+    wait_until(Duration::from_secs(10), "psql to hold the lock", || {
+        b.status(&key)["held"] == true
+    });
+    let s = b.status(&key);
+    assert!(
+        s["notes"].to_string().contains("without a dlock record"),
+        "{s}"
+    );
+    let out = run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
+    assert!(one_error_line(&out).contains("busy"), "{}", describe(&out));
+    app.close_stdin();
+    app.wait(Duration::from_secs(10));
+    // The other way: dlock holds, psql's try fails.
+    let dir = scratch("psql");
+    let mut h = b.holding(&key, &[], &dir.join("held"));
+    let got = pg.sql(&format!("SELECT pg_try_advisory_lock({id})"));
+    assert_eq!(got, "f");
+    h.close_stdin();
+    h.wait(Duration::from_secs(10));
+    assert_eq!(pg.sql(&format!("SELECT pg_try_advisory_lock({id})")), "t");
+}
+
+/// The holder's session is ended on the server (`pg_terminate_backend`): noticed at once (the
+/// connection closes), exit 79, well within a third of the TTL.
+#[test]
+fn terminated_holder_session_is_noticed_at_once() {
+    let Some(pg) = shared_postgres() else { return };
+    let b = TestBackend::postgres(&pg.url());
+    let key = unique_key("terminated");
+    let id = advisory_id(&b, &key);
+    let (p, child) = b.hold(&key, &[]);
+    let ended = pg.sql(&format!(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' \
+         AND granted AND ((classid::bigint << 32) | objid::bigint) = {id}"
+    ));
+    assert_eq!(ended, "1");
+    let killed = Instant::now();
+    let (out, _) = p.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(
+        killed.elapsed() < b.ttl / 3 + Duration::from_millis(400),
+        "noticed after {:?}",
+        killed.elapsed()
+    );
+    assert!(!alive(child));
+}
+
+/// A standby refuses with 69 and says why.
+#[test]
+fn a_standby_is_refused() {
+    let Some(mut pg) = crate::servers::Postgres::start() else {
+        return;
+    };
+    pg.make_standby();
+    let b = TestBackend::postgres(&pg.url());
+    let out = run_code(&mut b.run(&unique_key("standby"), &["-q"], &["true"]), 69);
+    assert!(
+        one_error_line(&out).contains("standby"),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// The server's Unix socket, in libpq's URL form (`?host=<directory>`).
+#[test]
+fn unix_socket_url() {
+    let Some(pg) = shared_postgres() else { return };
+    let url = format!(
+        "postgres:///postgres?host={}&port={}&user=postgres",
+        pg.dir.join("sock").display(),
+        pg.port
+    );
+    let b = TestBackend::postgres(&url);
+    let out = run_ok(&mut b.run(
+        &unique_key("unix"),
+        &["-q"],
+        &sh("echo $DLOCK_FENCING_TOKEN"),
+    ));
+    assert!(!out.stdout.is_empty(), "{}", describe(&out));
+}
+
+/// Password authentication (SCRAM): the password from the URL, from PGPASSWORD, or from a
+/// password file; a wrong one is one line, exit 69, and never printed.
+#[test]
+fn scram_passwords_from_the_url_the_environment_or_a_password_file() {
+    let Some(pg) = crate::servers::Postgres::start_scram() else {
+        return;
+    };
+    let key = unique_key("scram");
+    let with_password = format!("postgres://dlock:s3cret@127.0.0.1:{}/postgres", pg.port);
+    let without = format!("postgres://dlock@127.0.0.1:{}/postgres", pg.port);
+    run_ok(&mut TestBackend::postgres(&with_password).run(&key, &["-q"], &["true"]));
+    run_ok(
+        TestBackend::postgres(&without)
+            .run(&key, &["-q"], &["true"])
+            .env("PGPASSWORD", "s3cret"),
+    );
+    let dir = scratch("pgpass");
+    let file = dir.join("pgpass");
+    std::fs::write(&file, format!("127.0.0.1:{}:*:dlock:s3cret\n", pg.port)).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    run_ok(
+        TestBackend::postgres(&without)
+            .run(&key, &["-q"], &["true"])
+            .env("PGPASSFILE", &file),
+    );
+    let wrong = format!("postgres://dlock:Wr0ngPw@127.0.0.1:{}/postgres", pg.port);
+    let out = run_code(
+        &mut TestBackend::postgres(&wrong).run(&key, &["-q"], &["true"]),
+        69,
+    );
+    let line = one_error_line(&out);
+    assert!(line.contains("password"), "{line}");
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("Wr0ngPw"),
+        "{line}"
+    );
+}
