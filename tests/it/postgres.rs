@@ -174,3 +174,15 @@ fn scram_passwords_from_the_url_the_environment_or_a_password_file() {
         "{line}"
     );
 }
+
+#[test]
+fn bench_measures_and_leaves_nothing_behind() {
+    let Some(pg) = shared_postgres() else { return };
+    crate::bench::measures_and_leaves_nothing_behind(&TestBackend::postgres(&pg.url()), &|| {
+        let rows = pg.sql(&format!(
+            "SELECT key FROM dlock_holders WHERE key LIKE '%{}%' ORDER BY key",
+            crate::bench::KEY_WORD
+        ));
+        rows.lines().map(String::from).collect()
+    });
+}

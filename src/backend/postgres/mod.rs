@@ -505,6 +505,22 @@ impl Backend for PgBackend {
         })
     }
 
+    /// Forgets a free key's fence and holder records (`dlock bench`'s own keys).
+    fn purge(&self, key: &Key) -> anyhow::Result<()> {
+        let rt = self.runtime()?;
+        let id = advisory_id(key);
+        rt.block_on(async {
+            let s = self.connect("dlock bench").await?;
+            let sql = format!(
+                "DELETE FROM dlock_fences WHERE id = {id}; DELETE FROM dlock_holders WHERE id = {id}"
+            );
+            match self.simple(&s.client, &sql, COMMAND_TIMEOUT, "forget the key").await {
+                Err(e) if !e.to_string().contains("does not exist") => Err(e),
+                _ => Ok(()),
+            }
+        })
+    }
+
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
         let rt = self.runtime()?;
         rt.block_on(async {
