@@ -186,3 +186,52 @@ fn bench_measures_and_leaves_nothing_behind() {
         rows.lines().map(String::from).collect()
     });
 }
+
+/// TLS as libpq's sslmode says: verify-full with the private CA as sslrootcert; require
+/// (encrypted, not verified); prefer (the default) uses it when offered; verify-full against
+/// the system's CAs fails (69, one line) — and so does require against a server without TLS.
+#[test]
+fn tls_modes() {
+    let Some((pg, ca)) = crate::servers::Postgres::start_tls() else {
+        return;
+    };
+    let key = unique_key("pg-tls");
+    let base = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    for query in [
+        format!("?sslmode=verify-full&sslrootcert={}", ca.display()),
+        format!("?sslmode=verify-ca&sslrootcert={}", ca.display()),
+        "?sslmode=require".to_string(),
+        String::new(),
+    ] {
+        let b = TestBackend::postgres(&format!("{base}{query}"));
+        run_ok(&mut b.run(&key, &["-q"], &["true"]));
+        // The holder's session is encrypted: pg_stat_ssl says so.
+        let dir = scratch("pg-tls");
+        let mut h = b.holding(&key, &[], &dir.join("held"));
+        let pid = b.status(&key)["holders"][0]["session"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("backend pid ")
+            .to_string();
+        assert_eq!(
+            pg.sql(&format!("SELECT ssl FROM pg_stat_ssl WHERE pid = {pid}")),
+            "t",
+            "{query}"
+        );
+        h.close_stdin();
+        h.wait(Duration::from_secs(10));
+    }
+    let untrusted = TestBackend::postgres(&format!("{base}?sslmode=verify-full"));
+    let out = run_code(&mut untrusted.run(&key, &["-q"], &["true"]), 69);
+    assert!(
+        one_error_line(&out).contains("certificate"),
+        "{}",
+        describe(&out)
+    );
+    let Some(plain) = shared_postgres() else {
+        return;
+    };
+    let b = TestBackend::postgres(&format!("{}?sslmode=require", plain.url()));
+    let out = run_code(&mut b.run(&key, &["-q"], &["true"]), 69);
+    assert!(one_error_line(&out).contains("TLS"), "{}", describe(&out));
+}

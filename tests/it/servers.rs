@@ -806,6 +806,8 @@ pub(crate) struct Postgres {
     pub dir: PathBuf,
     bin: PathBuf,
     child: Option<Child>,
+    /// Extra `-c name=value` settings.
+    extra: Vec<String>,
 }
 
 impl Postgres {
@@ -822,7 +824,38 @@ impl Postgres {
         Some(pg)
     }
 
+    /// A server that offers TLS with a certificate for 127.0.0.1 from a private CA; returns
+    /// it and the CA file.
+    pub(crate) fn start_tls() -> Option<(Postgres, PathBuf)> {
+        let certs = scratch("pg-certs");
+        make_certs(&certs);
+        let extra = |pg: &Postgres| {
+            let (uid, gid) = postgres_user();
+            for f in ["server.pem", "server.key"] {
+                let to = pg.dir.join(f);
+                std::fs::copy(certs.join(f), &to).unwrap();
+                std::os::unix::fs::chown(&to, Some(uid), Some(gid)).unwrap();
+                std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                    .unwrap();
+            }
+            vec![
+                "ssl=on".to_string(),
+                format!("ssl_cert_file={}", pg.dir.join("server.pem").display()),
+                format!("ssl_key_file={}", pg.dir.join("server.key").display()),
+            ]
+        };
+        let pg = Self::start_configured(&["-A", "trust"], &extra)?;
+        Some((pg, certs.join("ca.pem")))
+    }
+
     fn start_with(auth: &[&str]) -> Option<Postgres> {
+        Self::start_configured(auth, &|_| Vec::new())
+    }
+
+    fn start_configured(
+        auth: &[&str],
+        extra: &dyn Fn(&Postgres) -> Vec<String>,
+    ) -> Option<Postgres> {
         let Some(bin) = postgres_bin() else {
             assert!(
                 !required(),
@@ -856,7 +889,9 @@ impl Postgres {
             dir,
             bin,
             child: None,
+            extra: Vec::new(),
         };
+        pg.extra = extra(&pg);
         for _ in 0..3 {
             if pg.launch() {
                 return Some(pg);
@@ -875,6 +910,9 @@ impl Postgres {
         cmd.arg(self.dir.join("sock"));
         cmd.args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"]);
         cmd.args(["-c", "max_connections=200", "-c", "logging_collector=off"]);
+        for e in &self.extra {
+            cmd.arg("-c").arg(e);
+        }
         cmd.arg("-c")
             .arg(format!("log_directory={}", self.dir.display()));
         self.child = Some(spawn_server(cmd).expect("spawn postgres"));

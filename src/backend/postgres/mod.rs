@@ -155,7 +155,13 @@ impl PgBackend {
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))
             .map_err(Connect::Io)?
             .map_err(Connect::Io)?;
-            cfg.connect_raw(stream::Checked::new(socket), NoTls)
+            let host = match &self.config.target {
+                url::Target::Tcp(h) | url::Target::Unix(h) => h.as_str(),
+            };
+            let link = stream::Link::negotiate(socket, host, &self.config.tls)
+                .await
+                .map_err(Connect::Io)?;
+            cfg.connect_raw(stream::Checked::new(link), NoTls)
                 .await
                 .map_err(Connect::Pg)
         });

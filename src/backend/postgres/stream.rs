@@ -89,7 +89,7 @@ impl AsyncWrite for Socket {
 /// A socket whose incoming bytes are followed message by message (a type byte, then a 4-byte
 /// big-endian length that counts itself), failing on a length over [`MAX_MESSAGE`].
 pub(super) struct Checked {
-    inner: Socket,
+    inner: Link,
     /// Header bytes of the current message seen so far (0 to 5).
     header: [u8; 5],
     have: usize,
@@ -98,7 +98,7 @@ pub(super) struct Checked {
 }
 
 impl Checked {
-    pub(super) fn new(inner: Socket) -> Checked {
+    pub(super) fn new(inner: Link) -> Checked {
         Checked {
             inner,
             header: [0; 5],
@@ -186,7 +186,7 @@ mod tests {
             .build()
             .unwrap();
         let _g = rt.enter();
-        let mut c = Checked::new(Socket::Unix(UnixStream::from_std(a).unwrap()));
+        let mut c = Checked::new(Link::Plain(Socket::Unix(UnixStream::from_std(a).unwrap())));
         chunks.iter().try_for_each(|ch| c.follow(ch))
     }
 
@@ -200,5 +200,234 @@ mod tests {
             follow(&[b"Z\0\0\0\x03"]).is_err(),
             "a length below 4 is malformed"
         );
+    }
+}
+
+/// libpq's `sslmode` (and `sslrootcert`): whether to use TLS and what to verify.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SslMode {
+    /// Never.
+    Disable,
+    /// If the server offers it, without verifying the server (libpq's default; `allow` too).
+    Prefer,
+    /// Always, without verifying the server (verifying the chain when a root is given).
+    Require,
+    /// Always, verifying the chain but not the host name.
+    VerifyCa,
+    /// Always, verifying the chain and the host name.
+    VerifyFull,
+}
+
+/// The TLS settings of a URL.
+#[derive(Clone, Debug)]
+pub(super) struct Tls {
+    pub(super) mode: SslMode,
+    /// `sslrootcert`: the CAs to trust instead of the system's.
+    pub(super) root: Option<std::path::PathBuf>,
+}
+
+/// Both kinds of socket, with TLS or without.
+pub(super) enum Link {
+    Plain(Socket),
+    Tls(Box<tokio_rustls::client::TlsStream<Socket>>),
+}
+
+impl Link {
+    /// PostgreSQL's TLS negotiation on `socket` (an `SSLRequest`, one byte of answer, then the
+    /// handshake), as `tls` asks. Never on a Unix socket (as libpq).
+    pub(super) async fn negotiate(mut socket: Socket, host: &str, tls: &Tls) -> io::Result<Link> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        if tls.mode == SslMode::Disable || matches!(socket, Socket::Unix(_)) {
+            return Ok(Link::Plain(socket));
+        }
+        // Length 8, then the code 1234/5679.
+        socket
+            .write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f])
+            .await?;
+        let mut answer = [0u8; 1];
+        socket.read_exact(&mut answer).await?;
+        match answer[0] {
+            b'S' => {}
+            b'N' if tls.mode == SslMode::Prefer => return Ok(Link::Plain(socket)),
+            b'N' => {
+                return Err(io::Error::other(
+                    "the server does not offer TLS, and the URL's sslmode requires it",
+                ));
+            }
+            _ => {
+                return Err(io::Error::other(
+                    "the server answered the TLS request with nonsense",
+                ));
+            }
+        }
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|e| io::Error::other(format!("bad TLS server name '{host}': {e}")))?;
+        let connector = tokio_rustls::TlsConnector::from(client_config(tls)?);
+        Ok(Link::Tls(Box::new(connector.connect(name, socket).await?)))
+    }
+}
+
+/// The rustls configuration for `tls`'s mode and roots.
+fn client_config(tls: &Tls) -> io::Result<std::sync::Arc<rustls::ClientConfig>> {
+    use std::sync::Arc;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verify_chain = match tls.mode {
+        SslMode::VerifyCa | SslMode::VerifyFull => true,
+        SslMode::Require => tls.root.is_some(), // libpq: a root file given means verify-ca
+        SslMode::Prefer | SslMode::Disable => false,
+    };
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?;
+    let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = if verify_chain {
+        let mut roots = rustls::RootCertStore::empty();
+        match &tls.root {
+            Some(path) => {
+                use rustls::pki_types::pem::PemObject;
+                let certs =
+                    rustls::pki_types::CertificateDer::pem_file_iter(path).map_err(|e| {
+                        io::Error::other(format!("cannot read sslrootcert {}: {e}", path.display()))
+                    })?;
+                for cert in certs {
+                    let cert = cert.map_err(|e| {
+                        io::Error::other(format!("bad sslrootcert {}: {e}", path.display()))
+                    })?;
+                    roots.add(cert).map_err(io::Error::other)?;
+                }
+            }
+            None => {
+                for cert in rustls_native_certs::load_native_certs().certs {
+                    let _ = roots.add(cert);
+                }
+            }
+        }
+        let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .map_err(io::Error::other)?;
+        Arc::new(Verifier {
+            chain: Some(webpki),
+            check_name: tls.mode == SslMode::VerifyFull,
+            provider,
+        })
+    } else {
+        Arc::new(Verifier {
+            chain: None,
+            check_name: false,
+            provider,
+        })
+    };
+    Ok(Arc::new(
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_no_client_auth(),
+    ))
+}
+
+/// libpq's verification levels: none (`require`: encryption only), the chain (`verify-ca`), or
+/// the chain and the name (`verify-full`). The handshake's signatures are always checked.
+#[derive(Debug)]
+struct Verifier {
+    chain: Option<std::sync::Arc<rustls::client::WebPkiServerVerifier>>,
+    check_name: bool,
+    provider: std::sync::Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for Verifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let Some(chain) = &self.chain else {
+            return Ok(rustls::client::danger::ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName
+                | rustls::CertificateError::NotValidForNameContext { .. },
+            )) if !self.check_name => Ok(rustls::client::danger::ServerCertVerified::assertion()),
+            r => r,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+impl AsyncRead for Link {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Link::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Link::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Link {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Link::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Link::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Link::Plain(s) => Pin::new(s).poll_flush(cx),
+            Link::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Link::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Link::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
     }
 }

@@ -22,6 +22,7 @@ pub(super) enum Target {
 /// (no credentials).
 pub(super) struct PgConfig {
     pub(super) config: tokio_postgres::Config,
+    pub(super) tls: super::stream::Tls,
     pub(super) target: Target,
     pub(super) port: u16,
     pub(super) addr: String,
@@ -38,14 +39,10 @@ impl PgConfig {
             return Err(bad("expected postgres://…".into()));
         }
         // Usage errors are scrubbed of the URL's secrets when printed (report::usage_error).
-        let mut config: tokio_postgres::Config = url
+        let (rest, tls) = take_tls_params(url).map_err(bad)?;
+        let mut config: tokio_postgres::Config = rest
             .parse()
             .map_err(|e: tokio_postgres::Error| bad(e.to_string()))?;
-        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-            return Err(bad(
-                "sslmode=require: TLS is not supported by dlock's postgres backend yet".into(),
-            ));
-        }
         if config.get_hosts().is_empty() {
             config.host("127.0.0.1");
         }
@@ -79,15 +76,57 @@ impl PgConfig {
                 config.password(p);
             }
         }
-        // dlock connects the socket itself; no TLS yet, so never ask the server for it.
+        // dlock negotiates TLS itself, below tokio-postgres (see stream.rs).
         config.ssl_mode(tokio_postgres::config::SslMode::Disable);
         Ok(PgConfig {
             config,
+            tls,
             target,
             port,
             addr,
         })
     }
+}
+
+/// Takes libpq's `sslmode` and `sslrootcert` out of the URL's query (tokio-postgres knows only
+/// three of the six modes, and dlock negotiates TLS itself); the rest of the URL is returned.
+/// Without `sslmode`: `prefer`, as libpq.
+fn take_tls_params(url: &str) -> Result<(String, super::stream::Tls), String> {
+    use super::stream::{SslMode, Tls};
+    let mut tls = Tls {
+        mode: SslMode::Prefer,
+        root: None,
+    };
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_string(), tls));
+    };
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = crate::backend::percent_decode(v)
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| format!("bad %-escape in {k}"))?;
+        match k {
+            "sslmode" => {
+                tls.mode = match v.as_str() {
+                    "disable" => SslMode::Disable,
+                    "allow" | "prefer" => SslMode::Prefer,
+                    "require" => SslMode::Require,
+                    "verify-ca" => SslMode::VerifyCa,
+                    "verify-full" => SslMode::VerifyFull,
+                    other => return Err(format!("unknown sslmode '{other}'")),
+                }
+            }
+            "sslrootcert" => tls.root = Some(PathBuf::from(v)),
+            _ => kept.push(pair),
+        }
+    }
+    let rest = if kept.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((rest, tls))
 }
 
 /// The password for (host, port, db, user) from the password file, as libpq reads it: lines
@@ -161,7 +200,13 @@ mod tests {
         assert!(!c.addr.contains("secret"));
         let c = PgConfig::parse("postgresql:///app?host=/run/postgresql").unwrap();
         assert_eq!(c.addr, "/run/postgresql:5432/app");
-        assert!(PgConfig::parse("postgres://u:p@h/db?sslmode=require").is_err());
+        let c = PgConfig::parse(
+            "postgres://u:p@h/db?sslmode=verify-full&sslrootcert=/ca.pem&application_name=x",
+        )
+        .unwrap();
+        assert_eq!(c.tls.mode, super::super::stream::SslMode::VerifyFull);
+        assert_eq!(c.tls.root.as_deref(), Some(std::path::Path::new("/ca.pem")));
+        assert!(PgConfig::parse("postgres://u:p@h/db?sslmode=sometimes").is_err());
         let Err(e) = PgConfig::parse("postgres://u:s3cr3t@h:notaport/db") else {
             panic!("a bad port parsed");
         };
