@@ -112,6 +112,7 @@ impl TestBackend {
     pub(crate) fn postgres(url: &str) -> TestBackend {
         TestBackend {
             shared: true,
+            limit: true,
             ..TestBackend::server("postgres", url)
         }
     }

@@ -3,7 +3,8 @@
 //! - Key → advisory key: the first 8 bytes of SHA-256(`dlock:` + key), big-endian, as a signed
 //!   64-bit number ([`advisory_id`]); an application takes the same lock with
 //!   `pg_advisory_lock(<id>)` (`dlock status --json` shows the id).
-//! - Exclusive: `pg_advisory_lock`; `--shared`: `pg_advisory_lock_shared`. The server does the
+//! - Exclusive: `pg_advisory_lock`; `--shared`: `pg_advisory_lock_shared`; `--limit N`: slot
+//!   locks (slots.rs). The server does the
 //!   waiting, in its lock queue: a try first, then one blocking call bounded by `lock_timeout`
 //!   (`--wait`), so a waiter keeps its place in the queue. PostgreSQL queues a shared request
 //!   behind a waiting exclusive one (a conflict with a waiter counts), so writers are not
@@ -21,6 +22,7 @@
 //! - A standby is refused (its advisory locks are its own); a server up for less than the TTL
 //!   holds the lock back ([`super::hold_back_until`], from `pg_postmaster_start_time()`).
 
+mod slots;
 mod stream;
 mod url;
 
@@ -216,27 +218,33 @@ impl PgBackend {
         }
     }
 
-    /// Records the holder and bumps the fence, creating the tables if missing. Returns the
-    /// fence and the server's uptime in seconds.
+    /// Records the holder of `held` (the key's own id, or a semaphore slot's) and bumps the
+    /// key's fence, creating the tables if missing. Returns the fence, the server's uptime in
+    /// seconds, and the records of the key's other current holders (for the mode check).
     async fn record(
         &self,
         client: &Client,
         key: &Key,
+        held: i64,
         holder: &Holder,
-    ) -> anyhow::Result<(u64, u64)> {
+    ) -> anyhow::Result<(u64, u64, Vec<Holder>)> {
         let id = advisory_id(key);
         let meta = serde_json::to_string(holder)?;
+        let k = literal(key.as_str());
         let sql = format!(
             "WITH f AS (INSERT INTO dlock_fences (id, fence) \
                VALUES ({id}, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) \
                ON CONFLICT (id) DO UPDATE SET fence = greatest(dlock_fences.fence + 1, EXCLUDED.fence) \
                RETURNING fence), \
              h AS (INSERT INTO dlock_holders (pid, id, key, fence, holder) \
-               SELECT pg_backend_pid(), {id}, {k}, f.fence, {m} FROM f \
+               SELECT pg_backend_pid(), {held}, {k}, f.fence, {m} FROM f \
                ON CONFLICT (pid) DO UPDATE SET id = EXCLUDED.id, key = EXCLUDED.key, \
                fence = EXCLUDED.fence, holder = EXCLUDED.holder) \
-             SELECT fence, floor(extract(epoch FROM now() - pg_postmaster_start_time()))::bigint FROM f",
-            k = literal(key.as_str()),
+             SELECT fence, floor(extract(epoch FROM now() - pg_postmaster_start_time()))::bigint, \
+               (SELECT json_agg(o.holder)::text FROM dlock_holders o JOIN pg_locks l \
+                 ON l.pid = o.pid AND l.granted AND l.locktype = 'advisory' AND l.objsubid = 1 \
+                 AND ((l.classid::bigint << 32) | l.objid::bigint) = o.id \
+                 WHERE o.key = {k} AND o.pid <> pg_backend_pid()) FROM f",
             m = literal(&meta),
         );
         let mut result = self
@@ -278,7 +286,14 @@ impl PgBackend {
         let uptime = cell(row, 1)
             .and_then(|v| v.parse::<i64>().ok())
             .unwrap_or(0);
-        Ok((fence, u64::try_from(uptime).unwrap_or(0)))
+        let others: Vec<String> = cell(row, 2)
+            .and_then(|v| serde_json::from_str(v).ok())
+            .unwrap_or_default();
+        let others = others
+            .iter()
+            .filter_map(|h| serde_json::from_str(h).ok())
+            .collect();
+        Ok((fence, u64::try_from(uptime).unwrap_or(0), others))
     }
 
     /// The first recorded holder of `id` that holds it now, for the waiting line.
@@ -295,19 +310,17 @@ impl PgBackend {
         serde_json::from_str(cell(rows.first()?, 0)?).ok()
     }
 
-    /// Takes `req`'s lock on `s`.
-    async fn take(&self, s: &Session, req: &Request<'_>, notify: &Notify) -> anyhow::Result<()> {
-        let id = advisory_id(req.key);
-        let shared = if req.mode == Mode::Shared {
-            "_shared"
-        } else {
-            ""
-        };
+    /// The first round trip of a lock's session: its lease setting, the standby check, and
+    /// `try_expr` (a try of the lock); returns what `try_expr` gave.
+    async fn first_try(
+        &self,
+        s: &Session,
+        req: &Request<'_>,
+        try_expr: &str,
+    ) -> anyhow::Result<String> {
         let timeout = ttl_secs(req.ttl);
-        // One round trip: the session's lease settings, the checks, and a try.
         let first = format!(
-            "SET idle_session_timeout = '{timeout}s'; \
-             SELECT pg_is_in_recovery(), pg_try_advisory_lock{shared}({id})"
+            "SET idle_session_timeout = '{timeout}s'; SELECT pg_is_in_recovery(), {try_expr}"
         );
         let rows = match self
             .simple(&s.client, &first, COMMAND_TIMEOUT, "try the lock")
@@ -333,7 +346,21 @@ impl PgBackend {
             ))
             .into());
         }
-        if cell(row, 1) == Some("t") {
+        Ok(cell(row, 1).unwrap_or_default().to_string())
+    }
+
+    /// Takes `req`'s lock on `s`.
+    async fn take(&self, s: &Session, req: &Request<'_>, notify: &Notify) -> anyhow::Result<()> {
+        let id = advisory_id(req.key);
+        let shared = if req.mode == Mode::Shared {
+            "_shared"
+        } else {
+            ""
+        };
+        let got = self
+            .first_try(s, req, &format!("pg_try_advisory_lock{shared}({id})"))
+            .await?;
+        if got == "t" {
             return Ok(());
         }
         if req.waited_out() {
@@ -361,14 +388,7 @@ impl PgBackend {
             },
             _ = notify.notified() => {
                 // The session is closed by the caller, which releases anything granted.
-                let _ = tokio::time::timeout(Duration::from_millis(500), async {
-                    let socket = stream::Socket::connect(&self.config.target, self.config.port).await?;
-                    cancel
-                        .cancel_query_raw(socket, NoTls)
-                        .await
-                        .map_err(std::io::Error::other)
-                })
-                .await;
+                self.cancel(cancel).await;
                 Err(Interrupted(req.interrupt.fired().unwrap_or(libc::SIGINT)).into())
             }
         }
@@ -425,10 +445,11 @@ impl Backend for PgBackend {
     fn unsupported(&self, mode: Mode) -> Option<String> {
         match mode {
             Mode::Exclusive | Mode::Shared => None,
-            Mode::Limit(_) => Some(
-                "--limit is not supported by the postgres backend yet (exclusive and --shared are)"
-                    .into(),
-            ),
+            Mode::Limit(n) if n > slots::MAX_LIMIT => Some(format!(
+                "--limit {n}: the postgres backend takes at most {}",
+                slots::MAX_LIMIT
+            )),
+            Mode::Limit(_) => None,
         }
     }
 
@@ -450,22 +471,33 @@ impl Backend for PgBackend {
                     )));
                 }
             };
-            self.take(&s, req, &notify).await?;
+            let (s, held) = match req.mode {
+                Mode::Limit(n) => self.take_slot(s, req, n, &notify, &application).await?,
+                _ => {
+                    self.take(&s, req, &notify).await?;
+                    (s, advisory_id(req.key))
+                }
+            };
             // The lease counts from the statement after the grant: the server's idle clock
             // (idle_session_timeout) starts when that one ends, which is after it was sent. (The
             // grant's own send time could be a whole wait earlier.)
             let sent = BootInstant::now();
-            let (fence, uptime) = self.record(&s.client, req.key, req.holder).await?;
-            Ok((s, sent, fence, uptime))
+            let (fence, uptime, others) = self.record(&s.client, req.key, held, req.holder).await?;
+            // Holders of the key in another mode (or another --limit) are a usage error.
+            let want = req.mode.limit();
+            if let Some(h) = others.iter().find(|h| h.mode.and_then(Mode::limit) != want) {
+                let theirs = h.mode.unwrap_or(Mode::Exclusive);
+                return Err(super::mode_mismatch(req.key, req.mode, &theirs.describe()));
+            }
+            Ok((s, held, sent, fence, uptime))
         });
         drop(guard);
         // On any error the session is dropped here, which releases whatever it holds.
-        let (session, sent, fence, uptime) = result?;
-        let id = advisory_id(req.key);
+        let (session, held, sent, fence, uptime) = result?;
         Ok(Box::new(PgLease {
             check: format!(
                 "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND granted AND {}",
-                lock_filter(id)
+                lock_filter(held)
             ),
             session: Some(session),
             rt,
@@ -532,9 +564,16 @@ impl Backend for PgBackend {
         rt.block_on(async {
             let s = self.connect("dlock break").await?;
             let status = self.status_on(&s.client, key).await?;
+            // The key's own lock and every semaphore slot.
+            let ids: Vec<String> = std::iter::once(advisory_id(key))
+                .chain((1..=slots::MAX_LIMIT).map(|i| slots::slot_id(key, i)))
+                .map(|id| id.to_string())
+                .collect();
             let sql = format!(
-                "SELECT pid, pg_terminate_backend(pid) FROM pg_locks WHERE granted AND {}",
-                lock_filter(advisory_id(key))
+                "SELECT pid, pg_terminate_backend(pid) FROM pg_locks WHERE granted \
+                 AND locktype = 'advisory' AND objsubid = 1 \
+                 AND ((classid::bigint << 32) | objid::bigint) IN ({})",
+                ids.join(",")
             );
             self.simple(&s.client, &sql, COMMAND_TIMEOUT, "end the holder's session")
                 .await
@@ -603,6 +642,46 @@ impl PgBackend {
                 ));
             }
             status.holders.push(h);
+        }
+        // A semaphore's slot holders, and who queues for its slots.
+        let ids: Vec<String> = (0..=slots::MAX_LIMIT)
+            .map(|i| slots::slot_id(key, i).to_string())
+            .collect();
+        let sql = format!(
+            "SELECT o.pid, o.fence, o.holder FROM dlock_holders o JOIN pg_locks l ON l.pid = o.pid \
+               AND l.granted AND l.locktype = 'advisory' AND l.objsubid = 1 \
+               AND ((l.classid::bigint << 32) | l.objid::bigint) = o.id \
+             WHERE o.key = {k} AND o.id <> {id} ORDER BY o.fence LIMIT {max}; \
+             SELECT count(*) FILTER (WHERE a = {gate}) + least(1, count(*) FILTER (WHERE a <> {gate})) \
+               FROM (SELECT (classid::bigint << 32) | objid::bigint AS a FROM pg_locks \
+               WHERE NOT granted AND locktype = 'advisory' AND objsubid = 1) w \
+               WHERE a IN ({ids})",
+            k = literal(key.as_str()),
+            max = slots::MAX_LIMIT,
+            ids = ids.join(","),
+            gate = slots::slot_id(key, 0),
+        );
+        // (The one at the front of a semaphore's queue waits on every slot, one connection
+        // each: it counts once.)
+        if let Ok(rows) = self
+            .simple(client, &sql, COMMAND_TIMEOUT, "read the semaphore")
+            .await
+        {
+            let (count, slot_rows) = rows
+                .split_last()
+                .map_or((None, &[][..]), |(c, r)| (Some(c), r));
+            for row in slot_rows {
+                let mut h: Holder = cell(row, 2)
+                    .and_then(|m| serde_json::from_str(m).ok())
+                    .unwrap_or_default();
+                h.fencing_token = cell(row, 1).and_then(|v| v.parse().ok());
+                h.session = cell(row, 0).map(|p| format!("backend pid {p}"));
+                status.limit = h.mode.and_then(Mode::limit);
+                status.holders.push(h);
+            }
+            waiters += count
+                .and_then(|c| cell(c, 0)?.parse::<u64>().ok())
+                .unwrap_or(0);
         }
         status.held = !status.holders.is_empty();
         if shared {
