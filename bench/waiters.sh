@@ -6,6 +6,7 @@
 #   redis:     COUNT="redis-cli -p 6379 INFO stats | sed -n 's/^total_commands_processed://p'"
 #   mysql:     COUNT="mariadb -N -B -uroot -e \"SHOW GLOBAL STATUS LIKE 'Questions'\" | cut -f2"
 #   zookeeper: COUNT="exec 3<>/dev/tcp/127.0.0.1/2181; printf mntr >&3; timeout 5 cat <&3 | sed -n 's/^zk_packets_received\t//p'"
+#   postgres:  COUNT="psql -X -h SOCKDIR -p PORT -U postgres -Atc 'SELECT sum(xact_commit + xact_rollback) FROM pg_stat_database'"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet

@@ -48,7 +48,8 @@ const CREATE_TABLES: &str = "CREATE TABLE IF NOT EXISTS dlock_fences (\
         id bigint PRIMARY KEY, fence bigint NOT NULL); \
     CREATE TABLE IF NOT EXISTS dlock_holders (\
         pid integer PRIMARY KEY, id bigint NOT NULL, key text NOT NULL, \
-        fence bigint NOT NULL, holder text NOT NULL)";
+        fence bigint NOT NULL, holder text NOT NULL); \
+    CREATE INDEX IF NOT EXISTS dlock_holders_key ON dlock_holders (key)";
 
 /// The advisory key of `key`: what `pg_advisory_lock(<id>)` takes.
 pub(crate) fn advisory_id(key: &Key) -> i64 {
@@ -220,14 +221,16 @@ impl PgBackend {
 
     /// Records the holder of `held` (the key's own id, or a semaphore slot's) and bumps the
     /// key's fence, creating the tables if missing. Returns the fence, the server's uptime in
-    /// seconds, and the records of the key's other current holders (for the mode check).
+    /// seconds, and the key's other holder records, live or not (for the mode check, which
+    /// asks `pg_locks` only about a record in another mode: [`PgBackend::live`]). Reading
+    /// `pg_locks` in every acquisition cost ~1 ms of a new session's cold catalog.
     async fn record(
         &self,
         client: &Client,
         key: &Key,
         held: i64,
         holder: &Holder,
-    ) -> anyhow::Result<(u64, u64, Vec<Holder>)> {
+    ) -> anyhow::Result<(u64, u64, Vec<(i32, Holder)>)> {
         let id = advisory_id(key);
         let meta = serde_json::to_string(holder)?;
         let k = literal(key.as_str());
@@ -241,9 +244,7 @@ impl PgBackend {
                ON CONFLICT (pid) DO UPDATE SET id = EXCLUDED.id, key = EXCLUDED.key, \
                fence = EXCLUDED.fence, holder = EXCLUDED.holder) \
              SELECT fence, floor(extract(epoch FROM now() - pg_postmaster_start_time()))::bigint, \
-               (SELECT json_agg(o.holder)::text FROM dlock_holders o JOIN pg_locks l \
-                 ON l.pid = o.pid AND l.granted AND l.locktype = 'advisory' AND l.objsubid = 1 \
-                 AND ((l.classid::bigint << 32) | l.objid::bigint) = o.id \
+               (SELECT json_agg(json_build_array(o.pid, o.holder))::text FROM dlock_holders o \
                  WHERE o.key = {k} AND o.pid <> pg_backend_pid()) FROM f",
             m = literal(&meta),
         );
@@ -286,14 +287,34 @@ impl PgBackend {
         let uptime = cell(row, 1)
             .and_then(|v| v.parse::<i64>().ok())
             .unwrap_or(0);
-        let others: Vec<String> = cell(row, 2)
+        let others: Vec<(i32, String)> = cell(row, 2)
             .and_then(|v| serde_json::from_str(v).ok())
             .unwrap_or_default();
         let others = others
-            .iter()
-            .filter_map(|h| serde_json::from_str(h).ok())
+            .into_iter()
+            .filter_map(|(pid, h)| Some((pid, serde_json::from_str(&h).ok()?)))
             .collect();
         Ok((fence, u64::try_from(uptime).unwrap_or(0), others))
+    }
+
+    /// The backend pids that hold `key`'s lock or one of its semaphore slots now.
+    async fn live(&self, client: &Client, key: &Key) -> anyhow::Result<Vec<i32>> {
+        let ids: Vec<String> = std::iter::once(advisory_id(key))
+            .chain((1..=slots::MAX_LIMIT).map(|i| slots::slot_id(key, i)))
+            .map(|id| id.to_string())
+            .collect();
+        let sql = format!(
+            "SELECT DISTINCT pid FROM pg_locks WHERE granted AND locktype = 'advisory' \
+             AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) IN ({})",
+            ids.join(",")
+        );
+        let rows = self
+            .simple(client, &sql, COMMAND_TIMEOUT, "read pg_locks")
+            .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| cell(r, 0)?.parse().ok())
+            .collect())
     }
 
     /// The first recorded holder of `id` that holds it now, for the waiting line.
@@ -485,9 +506,16 @@ impl Backend for PgBackend {
             let (fence, uptime, others) = self.record(&s.client, req.key, held, req.holder).await?;
             // Holders of the key in another mode (or another --limit) are a usage error.
             let want = req.mode.limit();
-            if let Some(h) = others.iter().find(|h| h.mode.and_then(Mode::limit) != want) {
-                let theirs = h.mode.unwrap_or(Mode::Exclusive);
-                return Err(super::mode_mismatch(req.key, req.mode, &theirs.describe()));
+            let differ: Vec<&(i32, Holder)> = others
+                .iter()
+                .filter(|(_, h)| h.mode.and_then(Mode::limit) != want)
+                .collect();
+            if !differ.is_empty() {
+                let live = self.live(&s.client, req.key).await?;
+                if let Some((_, h)) = differ.iter().find(|(pid, _)| live.contains(pid)) {
+                    let theirs = h.mode.unwrap_or(Mode::Exclusive);
+                    return Err(super::mode_mismatch(req.key, req.mode, &theirs.describe()));
+                }
             }
             Ok((s, held, sent, fence, uptime))
         });
@@ -778,7 +806,10 @@ impl Lease for PgLease {
         let r = self.rt.block_on(async {
             tokio::time::timeout(
                 COMMAND_TIMEOUT,
-                s.client.simple_query("SELECT pg_advisory_unlock_all()"),
+                s.client.simple_query(
+                    "SELECT pg_advisory_unlock_all(); \
+                     DELETE FROM dlock_holders WHERE pid = pg_backend_pid()",
+                ),
             )
             .await
         });
