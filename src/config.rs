@@ -407,12 +407,27 @@ fn secret_query_values(text: &str) -> Vec<String> {
     let Some((_, query)) = text.split_once('?') else {
         return Vec::new();
     };
-    query
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .filter(|(k, v)| !v.is_empty() && SECRETS.iter().any(|s| k.eq_ignore_ascii_case(s)))
-        .map(|(_, v)| v.to_string())
-        .collect()
+    // A raw '&' in a secret leaves its tail as a segment without '=': that belongs to it.
+    let mut found: Vec<String> = Vec::new();
+    let mut in_secret = false;
+    for segment in query.split('&') {
+        match segment.split_once('=') {
+            Some((k, v)) => {
+                in_secret = !v.is_empty() && SECRETS.iter().any(|s| k.eq_ignore_ascii_case(s));
+                if in_secret {
+                    found.push(v.to_string());
+                }
+            }
+            None if in_secret => {
+                if let Some(last) = found.last_mut() {
+                    last.push('&');
+                    last.push_str(segment);
+                }
+            }
+            None => {}
+        }
+    }
+    found
 }
 
 #[cfg(test)]
@@ -451,6 +466,7 @@ mod tests {
             "redis:u:PW@h",
             "u:PW@h",
             "redis+unix:///s?pass=PW",
+            "postgres://u@h/db?password=PW&PW",
             "redis+unix:///s?db=1&password=PW",
             "mysql://u:PW@h/db?x=1",
             "zk://u:P@W@h/chroot",

@@ -233,6 +233,8 @@ fn no_malformed_url_prints_its_password() {
             "mariadb",
             "zk",
             "zookeeper",
+            "postgres",
+            "postgresql",
             "http",
         ] {
             urls.push(format!("{scheme}://user:{pw}@127.0.0.1:1/0"));
@@ -242,6 +244,8 @@ fn no_malformed_url_prints_its_password() {
         urls.push(format!("user:{pw}@127.0.0.1:1"));
         urls.push(format!("redis+unix:///tmp/none.sock?pass={pw}"));
         urls.push(format!("redis+unix:///tmp/none.sock?db=0&password={pw}"));
+        urls.push(format!("postgres://user@127.0.0.1:1/db?password={pw}"));
+        urls.push(format!("postgres:///db?host=/tmp/none&password={pw}"));
     }
     for url in &urls {
         let runs: [Vec<&str>; 3] = [

@@ -60,6 +60,28 @@ impl PgConfig {
         let host = match &target {
             Target::Tcp(h) | Target::Unix(h) => h.clone(),
         };
+        // The parser splits at the first '@' anywhere: a raw '@' in a password (or in a
+        // `password=` value) leaves part of it in the host, user or database name, and so in
+        // messages. Names with URL syntax in them are refused instead.
+        let tcp_host = match &target {
+            Target::Tcp(h) => h.as_str(),
+            Target::Unix(_) => "",
+        };
+        let names = [
+            tcp_host,
+            config.get_user().unwrap_or_default(),
+            config.get_dbname().unwrap_or_default(),
+        ];
+        if names
+            .iter()
+            .any(|n| n.contains(['@', '/', '?', '#', '&', '=', ' ']))
+        {
+            return Err(bad(
+                "'@', '/', '?', '#', '&', '=' or a space in a user name, password, host or \
+                 database must be %-escaped"
+                    .into(),
+            ));
+        }
         let port = config.get_ports().first().copied().unwrap_or(5432);
         let addr = format!("{host}:{port}/{}", config.get_dbname().unwrap_or_default());
         if config.get_password().is_none() {
