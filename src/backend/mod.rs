@@ -499,6 +499,25 @@ pub(crate) fn escape_key(key: &Key) -> String {
     name
 }
 
+/// The async runtime of a backend whose client crate is async (ZooKeeper, PostgreSQL): one
+/// worker thread, made on first use and kept in `cell`; `name` names its threads and errors.
+pub(crate) fn async_runtime(
+    cell: &std::sync::OnceLock<std::sync::Arc<tokio::runtime::Runtime>>,
+    name: &str,
+) -> anyhow::Result<std::sync::Arc<tokio::runtime::Runtime>> {
+    if let Some(rt) = cell.get() {
+        return Ok(rt.clone());
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .thread_name(format!("dlock-{name}"))
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot start the {name} client's runtime: {e}"))?;
+    Ok(cell.get_or_init(|| std::sync::Arc::new(rt)).clone())
+}
+
 /// The key an [`escape_key`]d name stands for, if it is one.
 pub(crate) fn unescape_key(name: &str) -> Option<Key> {
     let bytes = percent_decode(name)?;

@@ -111,9 +111,10 @@ fn preamble(backend: &str, flood: bool) -> &'static [u8] {
         // A ZooKeeper frame (the connect response): 256 bytes to drip, or 2 GiB - 1 to flood.
         ("zookeeper", false) => &[0, 0, 1, 0],
         ("zookeeper", true) => &[0x7f, 0xff, 0xff, 0xff],
-        // A PostgreSQL message (the authentication request): 256 bytes, or 2 GiB - 1.
-        ("postgres", false) => b"R\x00\x00\x01\x00",
-        ("postgres", true) => b"R\x7f\xff\xff\xff",
+        // "No TLS" to dlock's TLS request, then a PostgreSQL message (the authentication
+        // request) of 256 bytes, or of 2 GiB - 1.
+        ("postgres", false) => b"NR\x00\x00\x01\x00",
+        ("postgres", true) => b"NR\x7f\xff\xff\xff",
         _ => unreachable!(),
     }
 }

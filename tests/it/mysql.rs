@@ -26,20 +26,12 @@ fn killed_holder_connection_is_noticed_within_a_third_of_the_ttl() {
     let Some(m) = shared_mariadb() else { return };
     let b = TestBackend::mysql(&m.url());
     let key = unique_key("killed");
-    let (p, child) = b.hold(&key, &[]);
     let name =
         dlock_cli::internals::mysql_lock_name(&dlock_cli::internals::Key::new(&key).unwrap());
-    let id = m.sql(&format!("SELECT IS_USED_LOCK('{name}')"));
-    m.sql(&format!("KILL {id}"));
-    let killed = Instant::now();
-    let (out, _) = p.wait(Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
-    assert!(
-        killed.elapsed() < b.ttl / 3 + Duration::from_millis(400),
-        "noticed after {:?}",
-        killed.elapsed()
-    );
-    assert!(!alive(child));
+    ended_session_is_noticed(&b, &key, || {
+        let id = m.sql(&format!("SELECT IS_USED_LOCK('{name}')"));
+        m.sql(&format!("KILL {id}"));
+    });
 }
 
 /// kill -9 of the holder's dlock: the server sees the connection close and frees the lock at once.

@@ -1,6 +1,6 @@
 //! The postgres backend against a real PostgreSQL started by the harness.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::servers::shared_postgres;
 use crate::util::*;
@@ -86,21 +86,13 @@ fn terminated_holder_session_is_noticed_at_once() {
     let b = TestBackend::postgres(&pg.url());
     let key = unique_key("terminated");
     let id = advisory_id(&b, &key);
-    let (p, child) = b.hold(&key, &[]);
-    let ended = pg.sql(&format!(
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' \
-         AND granted AND ((classid::bigint << 32) | objid::bigint) = {id}"
-    ));
-    assert_eq!(ended, "1");
-    let killed = Instant::now();
-    let (out, _) = p.wait(Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
-    assert!(
-        killed.elapsed() < b.ttl / 3 + Duration::from_millis(400),
-        "noticed after {:?}",
-        killed.elapsed()
-    );
-    assert!(!alive(child));
+    ended_session_is_noticed(&b, &key, || {
+        let ended = pg.sql(&format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' \
+             AND granted AND ((classid::bigint << 32) | objid::bigint) = {id}"
+        ));
+        assert_eq!(ended, "1");
+    });
 }
 
 /// A standby refuses with 69 and says why.

@@ -428,3 +428,20 @@ pub(crate) fn ctrl_c_ends_it_at_once(p: Proc) {
         sent.elapsed()
     );
 }
+
+/// Holds `key`, ends the holder's session on the server with `end`, and checks that the holder
+/// notices within a third of the TTL (exit 79) and that its command is gone.
+#[track_caller]
+pub(crate) fn ended_session_is_noticed(b: &TestBackend, key: &str, end: impl FnOnce()) {
+    let (p, child) = b.hold(key, &[]);
+    end();
+    let ended = Instant::now();
+    let (out, _) = p.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(
+        ended.elapsed() < b.ttl / 3 + Duration::from_millis(400),
+        "noticed after {:?}",
+        ended.elapsed()
+    );
+    assert!(!alive(child));
+}

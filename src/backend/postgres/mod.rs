@@ -117,17 +117,7 @@ impl PgBackend {
     }
 
     fn runtime(&self) -> anyhow::Result<Arc<Runtime>> {
-        if let Some(rt) = self.rt.get() {
-            return Ok(rt.clone());
-        }
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(1)
-            .thread_name("dlock-pg")
-            .enable_all()
-            .build()
-            .context("cannot start the PostgreSQL client's runtime")?;
-        Ok(self.rt.get_or_init(|| Arc::new(rt)).clone())
+        super::async_runtime(&self.rt, "pg")
     }
 
     fn addr(&self) -> &str {

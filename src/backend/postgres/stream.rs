@@ -46,45 +46,41 @@ impl Socket {
     }
 }
 
-impl AsyncRead for Socket {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Socket::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Socket::Unix(s) => Pin::new(s).poll_read(cx, buf),
+/// `AsyncRead` and `AsyncWrite` for an enum of streams, by delegating to the variant's.
+macro_rules! delegate_io {
+    ($ty:ident { $($variant:ident),+ }) => {
+        impl AsyncRead for $ty {
+            fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    $($ty::$variant(s) => Pin::new(s).poll_read(cx, buf),)+
+                }
+            }
         }
-    }
+
+        impl AsyncWrite for $ty {
+            fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+                match self.get_mut() {
+                    $($ty::$variant(s) => Pin::new(s).poll_write(cx, buf),)+
+                }
+            }
+
+            fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    $($ty::$variant(s) => Pin::new(s).poll_flush(cx),)+
+                }
+            }
+
+            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    $($ty::$variant(s) => Pin::new(s).poll_shutdown(cx),)+
+                }
+            }
+        }
+    };
 }
 
-impl AsyncWrite for Socket {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Socket::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Socket::Unix(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Socket::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Socket::Unix(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Socket::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Socket::Unix(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
-}
+delegate_io!(Socket { Tcp, Unix });
+delegate_io!(Link { Plain, Tls });
 
 /// A socket whose incoming bytes are followed message by message (a type byte, then a 4-byte
 /// big-endian length that counts itself), failing on a length over [`MAX_MESSAGE`].
@@ -389,45 +385,5 @@ impl rustls::client::danger::ServerCertVerifier for Verifier {
         self.provider
             .signature_verification_algorithms
             .supported_schemes()
-    }
-}
-
-impl AsyncRead for Link {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Link::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Link::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Link {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Link::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Link::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Link::Plain(s) => Pin::new(s).poll_flush(cx),
-            Link::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Link::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Link::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
     }
 }

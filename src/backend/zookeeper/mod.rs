@@ -41,7 +41,6 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
 use zookeeper_client::{
@@ -190,17 +189,7 @@ impl ZkBackend {
     }
 
     fn runtime(&self) -> anyhow::Result<Arc<Runtime>> {
-        if let Some(rt) = self.rt.get() {
-            return Ok(rt.clone());
-        }
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(1)
-            .thread_name("dlock-zk")
-            .enable_time()
-            .build()
-            .context("cannot start the ZooKeeper client's runtime")?;
-        Ok(self.rt.get_or_init(|| Arc::new(rt)).clone())
+        super::async_runtime(&self.rt, "zk")
     }
 
     /// `[/chroot]/dlock/<escaped key>`.
