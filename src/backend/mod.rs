@@ -193,6 +193,11 @@ pub(crate) struct Status {
     pub backend: &'static str,
     /// Where the lock lives (credentials removed).
     pub location: String,
+    /// The name the server knows the lock by, for an application that takes the same lock:
+    /// the lock file's path, the Redis key, the ZooKeeper path, the `GET_LOCK` name, the
+    /// PostgreSQL advisory key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
     /// Whether anyone holds the lock now.
     pub held: bool,
     /// How the holders hold it: "exclusive", "shared" or "limit" (absent when free).
@@ -221,6 +226,7 @@ impl Status {
             key: key.to_string(),
             backend: backend.name(),
             location,
+            server_name: None,
             held: false,
             mode: None,
             limit: None,

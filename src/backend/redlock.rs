@@ -290,6 +290,7 @@ impl Backend for Redlock {
         let mut status = Status {
             waiters: ok.iter().map(|r| r.5).max(),
             notes: vec![NO_FENCING.into()],
+            server_name: Some(keys.lock.clone()),
             ..Status::new(key, self.kind(), self.location())
         };
         if ok.len() < self.nodes.len() {

@@ -30,6 +30,7 @@ macro_rules! conformance {
             interrupt_while_waiting_leaves_nothing_behind,
             hostile_holder_metadata_never_reaches_the_terminal,
             status_without_a_key_lists_the_busy_locks,
+            status_names_the_lock_as_the_server_knows_it,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -573,4 +574,30 @@ pub(crate) fn status_without_a_key_lists_the_busy_locks(b: &TestBackend) {
             .any(|s| s["key"] == short.as_str()),
         "released, still listed: {all}"
     );
+}
+
+/// `status --json` names the lock as the server knows it (`server_name`), so that an
+/// application can take the same lock: checked against the server's own view where the test can
+/// see it (the lock file exists; the Redis key and the ZooKeeper path are what the docs say).
+pub(crate) fn status_names_the_lock_as_the_server_knows_it(b: &TestBackend) {
+    let key = unique_key("server-name");
+    let dir = scratch("server-name");
+    let mut h = b.holding(&key, &[], &dir.join("held"));
+    let s = b.status(&key);
+    let name = s["server_name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no server_name: {s}"));
+    match b.name {
+        "file" => {
+            assert!(name.ends_with(".lock"), "{s}");
+            assert!(std::path::Path::new(name).exists(), "{s}");
+        }
+        "redis" => assert_eq!(name, format!("dlock:{{{key}}}"), "{s}"),
+        "zookeeper" => assert!(name.ends_with(&format!("/dlock/{key}")), "{s}"),
+        "mysql" => assert_eq!(name, format!("dlock:{key}"), "{s}"),
+        "postgres" => assert!(name.parse::<i64>().is_ok(), "{s}"),
+        other => panic!("no expectation for {other}"),
+    }
+    h.close_stdin();
+    h.wait(Duration::from_secs(10));
 }

@@ -237,6 +237,7 @@ impl Backend for FileBackend {
         let location = path.display().to_string();
         let mut status = Status {
             waiters: Some(0),
+            server_name: Some(location.clone()),
             ..Status::new(key, self.kind(), location)
         };
         let file = match open_existing(&path) {

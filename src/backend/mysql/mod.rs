@@ -442,6 +442,7 @@ impl Backend for MysqlBackend {
         let mut status = Status {
             held: holder_id.is_some(),
             waiters,
+            server_name: Some(name.clone()),
             ..Status::new(key, self.kind(), location)
         };
         if let Some(id) = holder_id {

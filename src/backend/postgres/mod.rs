@@ -633,6 +633,7 @@ impl PgBackend {
             self.kind(),
             format!("{} (advisory key {id})", self.addr()),
         );
+        status.server_name = Some(id.to_string());
         let mut waiters = 0;
         let mut shared = false;
         for row in &locks {

@@ -509,6 +509,7 @@ impl Backend for RedisBackend {
         let mut status = Status {
             held: !lock.is_empty(),
             waiters: Some(waiters),
+            server_name: Some(keys.lock.clone()),
             ..Status::new(key, self.kind(), self.node.addr.clone())
         };
         if status.held {

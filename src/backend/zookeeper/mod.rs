@@ -518,6 +518,7 @@ impl ZkBackend {
         // The holders are a prefix of the queue: all nodes up to the first one that waits.
         let location = format!("{} (node {parent})", self.addr);
         let mut status = Status::new(key, self.kind(), location);
+        status.server_name = Some(parent.to_string());
         let names: Vec<String> = queue.iter().map(|(n, _)| n.clone()).collect();
         let holding = (0..names.len())
             .take_while(|&i| blocked_by(&names, i).is_none())
