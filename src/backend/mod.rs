@@ -524,6 +524,16 @@ pub(crate) fn async_runtime(
     Ok(cell.get_or_init(|| std::sync::Arc::new(rt)).clone())
 }
 
+/// The system's trusted CA certificates (`SSL_CERT_FILE`/`SSL_CERT_DIR` honoured), for the
+/// backends that do TLS with rustls themselves (Redis, PostgreSQL).
+pub(crate) fn system_roots() -> rustls::RootCertStore {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    roots
+}
+
 /// The key an [`escape_key`]d name stands for, if it is one.
 pub(crate) fn unescape_key(name: &str) -> Option<Key> {
     let bytes = percent_decode(name)?;

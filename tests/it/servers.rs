@@ -70,6 +70,22 @@ fn spawn_server(mut cmd: Command) -> std::io::Result<Child> {
     rx.recv().unwrap()
 }
 
+/// Waits until `ping` succeeds (true), or `child` exits (false: the port was taken, say);
+/// panics with `why()` after 30 s.
+fn wait_ready(child: &mut Child, mut ping: impl FnMut() -> bool, why: impl Fn() -> String) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if ping() {
+            return true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        assert!(Instant::now() < deadline, "{}", why());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A free TCP port on 127.0.0.1 (free when asked; servers bind it right after).
 pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -476,28 +492,21 @@ impl Mariadb {
         cmd.arg(format!("--tmpdir={}", d.join("tmp").display()));
         cmd.args(&self.extra);
         self.child = Some(spawn_server(cmd).expect("spawn mariadbd"));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let ping = Command::new("mariadb-admin")
+        let ping = || {
+            Command::new("mariadb-admin")
                 .args(["--no-defaults", "-uroot"])
                 .arg(format!("--socket={}", d.join("mysqld.sock").display()))
                 .arg("ping")
-                .output();
-            if ping.is_ok_and(|o| o.status.success()) {
-                return true;
-            }
-            if self.child.as_mut().unwrap().try_wait().unwrap().is_some() {
-                return false;
-            }
-            if Instant::now() > deadline {
-                let log = std::fs::read_to_string(d.join("error.log")).unwrap_or_default();
-                panic!(
-                    "mariadbd on port {} not ready after 30 s; its log:\n{log}",
-                    self.port
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        wait_ready(self.child.as_mut().unwrap(), ping, || {
+            let log = std::fs::read_to_string(d.join("error.log")).unwrap_or_default();
+            format!(
+                "mariadbd on port {} not ready after 30 s; its log:\n{log}",
+                self.port
+            )
+        })
     }
 
     /// The `mariadb` client as root over the socket.
@@ -916,22 +925,19 @@ impl Postgres {
         cmd.arg("-c")
             .arg(format!("log_directory={}", self.dir.display()));
         self.child = Some(spawn_server(cmd).expect("spawn postgres"));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let ping = self.psql().args(["-c", "SELECT 1"]).output();
-            if ping.is_ok_and(|o| o.status.success()) {
-                return true;
-            }
-            if self.child.as_mut().unwrap().try_wait().unwrap().is_some() {
-                return false;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "postgres on port {} not ready after 30 s",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let port = self.port;
+        let mut child = self.child.take().unwrap();
+        let ping = || {
+            self.psql()
+                .args(["-c", "SELECT 1"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        let ready = wait_ready(&mut child, ping, || {
+            format!("postgres on port {port} not ready after 30 s")
+        });
+        self.child = Some(child);
+        ready
     }
 
     /// `psql` as postgres over the socket, quiet and unaligned.

@@ -145,28 +145,31 @@ pub fn lock_name(key: &Key) -> String {
 const HARD_LIMIT: Duration = Duration::from_secs(8);
 
 /// Runs `sql` (possibly several statements) and returns the first column of the first row of
-/// its last result set.
+/// its result sets.
 fn last_value<T: mysql::prelude::FromValue>(con: &mut Conn, sql: &str) -> mysql::Result<Option<T>> {
-    let _stop = HardStop::arm(HARD_LIMIT, "mysql");
-    let mut result = con.query_iter(sql)?;
-    let mut value = None;
-    while let Some(set) = result.iter() {
-        for row in set {
-            let row = row?;
-            if value.is_none() {
-                value = row
-                    .get_opt::<T, usize>(0)
-                    .transpose()
-                    .map_err(|e| mysql::Error::FromValueError(e.0))?;
-            }
-        }
-    }
-    Ok(value)
+    first_row(con, sql, |row| {
+        row.get_opt::<T, usize>(0)
+            .transpose()
+            .map_err(|e| mysql::Error::FromValueError(e.0))
+    })
+    .map(Option::flatten)
 }
 
 /// Runs `sql` (possibly several statements) and returns the first row of the first result set
 /// that has one.
 fn last_row<T: mysql::prelude::FromRow>(con: &mut Conn, sql: &str) -> mysql::Result<Option<T>> {
+    first_row(con, sql, |row| {
+        mysql::from_row_opt(row).map_err(|e| mysql::Error::FromRowError(e.0))
+    })
+}
+
+/// The first row of `sql`'s result sets, converted; every later row is read and dropped (the
+/// connection must be drained), within [`HARD_LIMIT`].
+fn first_row<T>(
+    con: &mut Conn,
+    sql: &str,
+    convert: impl Fn(mysql::Row) -> mysql::Result<T>,
+) -> mysql::Result<Option<T>> {
     let _stop = HardStop::arm(HARD_LIMIT, "mysql");
     let mut result = con.query_iter(sql)?;
     let mut value = None;
@@ -174,8 +177,7 @@ fn last_row<T: mysql::prelude::FromRow>(con: &mut Conn, sql: &str) -> mysql::Res
         for row in set {
             let row = row?;
             if value.is_none() {
-                value =
-                    Some(mysql::from_row_opt(row).map_err(|e| mysql::Error::FromRowError(e.0))?);
+                value = Some(convert(row)?);
             }
         }
     }

@@ -51,6 +51,9 @@ const CREATE_TABLES: &str = "CREATE TABLE IF NOT EXISTS dlock_fences (\
         fence bigint NOT NULL, holder text NOT NULL); \
     CREATE INDEX IF NOT EXISTS dlock_holders_key ON dlock_holders (key)";
 
+/// SQLSTATE 42P01, as [`db_text`] shows it: dlock's tables do not exist (yet).
+const UNDEFINED_TABLE: &str = "(42P01)";
+
 /// The advisory key of `key`: what `pg_advisory_lock(<id>)` takes.
 pub(crate) fn advisory_id(key: &Key) -> i64 {
     let digest = Sha256::digest(format!("dlock:{key}").as_bytes());
@@ -59,14 +62,28 @@ pub(crate) fn advisory_id(key: &Key) -> i64 {
     i64::from_be_bytes(b)
 }
 
-/// `pg_locks`' columns for a single-bigint advisory lock on `id`.
-fn lock_filter(id: i64) -> String {
-    let id = id as u64;
+/// The advisory id a `pg_locks` row (columns prefixed with `t`, e.g. `"l."`) is about: a
+/// single-bigint advisory lock keeps the high half in `classid` and the low half in `objid`.
+fn locked_id(t: &str) -> String {
+    format!("(({t}classid::bigint << 32) | {t}objid::bigint)")
+}
+
+/// The `pg_locks` rows (columns prefixed with `t`) of single-bigint advisory locks on `ids`.
+fn advisory_on(t: &str, ids: &[i64]) -> String {
+    let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
     format!(
-        "locktype = 'advisory' AND classid = {}::oid AND objid = {}::oid AND objsubid = 1",
-        id >> 32,
-        id & 0xffff_ffff
+        "{t}locktype = 'advisory' AND {t}objsubid = 1 AND {} IN ({})",
+        locked_id(t),
+        ids.join(",")
     )
+}
+
+/// The key's own advisory id and those of its semaphore slots: every lock a holder of the key
+/// may hold.
+fn held_ids(key: &Key) -> Vec<i64> {
+    std::iter::once(advisory_id(key))
+        .chain((1..=slots::MAX_LIMIT).map(|i| slots::slot_id(key, i)))
+        .collect()
 }
 
 pub(crate) struct PgBackend {
@@ -242,7 +259,7 @@ impl PgBackend {
             .simple(client, &sql, COMMAND_TIMEOUT, "record the holder")
             .await;
         if let Err(e) = &result {
-            if e.to_string().contains("does not exist") {
+            if e.to_string().contains(UNDEFINED_TABLE) {
                 let created = self
                     .simple(
                         client,
@@ -289,14 +306,9 @@ impl PgBackend {
 
     /// The backend pids that hold `key`'s lock or one of its semaphore slots now.
     async fn live(&self, client: &Client, key: &Key) -> anyhow::Result<Vec<i32>> {
-        let ids: Vec<String> = std::iter::once(advisory_id(key))
-            .chain((1..=slots::MAX_LIMIT).map(|i| slots::slot_id(key, i)))
-            .map(|id| id.to_string())
-            .collect();
         let sql = format!(
-            "SELECT DISTINCT pid FROM pg_locks WHERE granted AND locktype = 'advisory' \
-             AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) IN ({})",
-            ids.join(",")
+            "SELECT DISTINCT pid FROM pg_locks WHERE granted AND {}",
+            advisory_on("", &held_ids(key))
         );
         let rows = self
             .simple(client, &sql, COMMAND_TIMEOUT, "read pg_locks")
@@ -311,8 +323,8 @@ impl PgBackend {
     async fn current_holder(&self, client: &Client, id: i64) -> Option<Holder> {
         let sql = format!(
             "SELECT h.holder FROM dlock_holders h JOIN pg_locks l ON l.pid = h.pid \
-             WHERE h.id = {id} AND l.granted AND l.{} LIMIT 1",
-            lock_filter(id).replace(" AND ", " AND l.")
+             WHERE h.id = {id} AND l.granted AND {} LIMIT 1",
+            advisory_on("l.", &[id])
         );
         let rows = self
             .simple(client, &sql, COMMAND_TIMEOUT, "read the holder")
@@ -515,7 +527,7 @@ impl Backend for PgBackend {
         Ok(Box::new(PgLease {
             check: format!(
                 "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND granted AND {}",
-                lock_filter(held)
+                advisory_on("", &[held])
             ),
             session: Some(session),
             rt,
@@ -542,9 +554,9 @@ impl Backend for PgBackend {
             let s = self.connect("dlock status").await?;
             let sql = format!(
                 "SELECT DISTINCT h.key FROM dlock_holders h JOIN pg_locks l ON l.pid = h.pid \
-                 AND l.locktype = 'advisory' AND l.objsubid = 1 \
-                 AND l.classid = ((h.id >> 32) & 4294967295)::oid \
-                 AND l.objid = (h.id & 4294967295)::oid LIMIT {}",
+                 AND l.granted AND l.locktype = 'advisory' AND l.objsubid = 1 \
+                 AND {} = h.id LIMIT {}",
+                locked_id("l."),
                 super::MAX_LISTED
             );
             match self
@@ -555,7 +567,7 @@ impl Backend for PgBackend {
                     .iter()
                     .filter_map(|r| Key::new(cell(r, 0)?).ok())
                     .collect()),
-                Err(e) if e.to_string().contains("does not exist") => Ok(Vec::new()),
+                Err(e) if e.to_string().contains(UNDEFINED_TABLE) => Ok(Vec::new()),
                 Err(e) => Err(e),
             }
         })
@@ -571,7 +583,7 @@ impl Backend for PgBackend {
                 "DELETE FROM dlock_fences WHERE id = {id}; DELETE FROM dlock_holders WHERE id = {id}"
             );
             match self.simple(&s.client, &sql, COMMAND_TIMEOUT, "forget the key").await {
-                Err(e) if !e.to_string().contains("does not exist") => Err(e),
+                Err(e) if !e.to_string().contains(UNDEFINED_TABLE) => Err(e),
                 _ => Ok(()),
             }
         })
@@ -583,15 +595,9 @@ impl Backend for PgBackend {
             let s = self.connect("dlock break").await?;
             let status = self.status_on(&s.client, key).await?;
             // The key's own lock and every semaphore slot.
-            let ids: Vec<String> = std::iter::once(advisory_id(key))
-                .chain((1..=slots::MAX_LIMIT).map(|i| slots::slot_id(key, i)))
-                .map(|id| id.to_string())
-                .collect();
             let sql = format!(
-                "SELECT pid, pg_terminate_backend(pid) FROM pg_locks WHERE granted \
-                 AND locktype = 'advisory' AND objsubid = 1 \
-                 AND ((classid::bigint << 32) | objid::bigint) IN ({})",
-                ids.join(",")
+                "SELECT pid, pg_terminate_backend(pid) FROM pg_locks WHERE granted AND {}",
+                advisory_on("", &held_ids(key))
             );
             self.simple(&s.client, &sql, COMMAND_TIMEOUT, "end the holder's session")
                 .await
@@ -613,8 +619,8 @@ impl PgBackend {
             "SELECT l.pid, l.mode, l.granted, coalesce(host(a.client_addr), 'local'), \
              a.application_name, floor(extract(epoch FROM a.backend_start) * 1000)::bigint \
              FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
-             WHERE l.{} ORDER BY l.granted DESC, l.pid",
-            lock_filter(id).replace(" AND ", " AND l.")
+             WHERE {} ORDER BY l.granted DESC, l.pid",
+            advisory_on("l.", &[id])
         );
         let locks = self
             .simple(client, &sql, COMMAND_TIMEOUT, "read pg_locks")
@@ -663,22 +669,20 @@ impl PgBackend {
             status.holders.push(h);
         }
         // A semaphore's slot holders, and who queues for its slots.
-        let ids: Vec<String> = (0..=slots::MAX_LIMIT)
-            .map(|i| slots::slot_id(key, i).to_string())
-            .collect();
+        let gate = slots::slot_id(key, 0);
+        let mut queue_ids = held_ids(key);
+        queue_ids[0] = gate; // the gate and the slots; the key's own lock's waiters are above
         let sql = format!(
             "SELECT o.pid, o.fence, o.holder FROM dlock_holders o JOIN pg_locks l ON l.pid = o.pid \
-               AND l.granted AND l.locktype = 'advisory' AND l.objsubid = 1 \
-               AND ((l.classid::bigint << 32) | l.objid::bigint) = o.id \
+               AND l.granted AND l.locktype = 'advisory' AND l.objsubid = 1 AND {l_id} = o.id \
              WHERE o.key = {k} AND o.id <> {id} ORDER BY o.fence LIMIT {max}; \
-             SELECT count(*) FILTER (WHERE a = {gate}) + least(1, count(*) FILTER (WHERE a <> {gate})) \
-               FROM (SELECT (classid::bigint << 32) | objid::bigint AS a FROM pg_locks \
-               WHERE NOT granted AND locktype = 'advisory' AND objsubid = 1) w \
-               WHERE a IN ({ids})",
+             SELECT count(*) FILTER (WHERE {a} = {gate}) + least(1, count(*) FILTER (WHERE {a} <> {gate})) \
+               FROM pg_locks WHERE NOT granted AND {queued}",
+            l_id = locked_id("l."),
+            a = locked_id(""),
             k = literal(key.as_str()),
             max = slots::MAX_LIMIT,
-            ids = ids.join(","),
-            gate = slots::slot_id(key, 0),
+            queued = advisory_on("", &queue_ids),
         );
         // (The one at the front of a semaphore's queue waits on every slot, one connection
         // each: it counts once.)

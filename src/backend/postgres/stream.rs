@@ -278,6 +278,7 @@ fn client_config(tls: &Tls) -> io::Result<std::sync::Arc<rustls::ClientConfig>> 
     let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = if verify_chain {
         let mut roots = rustls::RootCertStore::empty();
         match &tls.root {
+            // sslrootcert replaces the system's CAs, as in libpq.
             Some(path) => {
                 use rustls::pki_types::pem::PemObject;
                 let certs =
@@ -291,11 +292,7 @@ fn client_config(tls: &Tls) -> io::Result<std::sync::Arc<rustls::ClientConfig>> 
                     roots.add(cert).map_err(io::Error::other)?;
                 }
             }
-            None => {
-                for cert in rustls_native_certs::load_native_certs().certs {
-                    let _ = roots.add(cert);
-                }
-            }
+            None => roots = crate::backend::system_roots(),
         }
         let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
             Arc::new(roots),

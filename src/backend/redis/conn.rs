@@ -313,16 +313,9 @@ fn tls_config() -> io::Result<Arc<rustls::ClientConfig>> {
         std::sync::OnceLock::new();
     CONFIG
         .get_or_init(|| {
-            let mut roots = rustls::RootCertStore::empty();
-            let found = rustls_native_certs::load_native_certs();
-            for cert in found.certs {
-                let _ = roots.add(cert);
-            }
+            let roots = crate::backend::system_roots();
             if roots.is_empty() {
-                return Err(format!(
-                    "no trusted CA certificates found ({:?})",
-                    found.errors
-                ));
+                return Err("no trusted CA certificates found (set SSL_CERT_FILE)".into());
             }
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             rustls::ClientConfig::builder_with_provider(provider)
