@@ -306,6 +306,9 @@ pub(crate) fn status_text(s: &Status) -> String {
         if let Some(c) = &h.command {
             out.push_str(&format!("    command: {}\n", clean(c, MAX_FIELD)));
         }
+        if let Some(n) = &h.node {
+            out.push_str(&format!("    node: {}\n", clean(n, MAX_FIELD)));
+        }
         if let Some(ms) = h.since_ms {
             out.push_str(&format!("    since: {}\n", since_text(ms)));
         }
@@ -320,7 +323,7 @@ pub(crate) fn status_text(s: &Status) -> String {
         if let Some(t) = h.fencing_token {
             out.push_str(&format!("    fencing token: {t}\n"));
         }
-        if let Some(session) = &h.session {
+        if let (Some(session), None) = (&h.session, &h.foreign) {
             out.push_str(&format!("    session: {}\n", clean(session, MAX_FIELD)));
         }
     }
@@ -332,7 +335,7 @@ pub(crate) fn status_text(s: &Status) -> String {
         if let Some(d) = w.held_for() {
             out.push_str(&format!(", waiting {}", short_duration(d)));
         }
-        if let Some(session) = &w.session {
+        if let (Some(session), None) = (&w.session, &w.foreign) {
             out.push_str(&format!(", session {}", clean(session, MAX_FIELD)));
         }
         out.push('\n');

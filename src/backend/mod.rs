@@ -137,6 +137,13 @@ pub(crate) struct Holder {
     /// which means exclusive.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
+    /// Set when the holder (or waiter) is not dlock but an application's own lock on the same
+    /// name: what the server shows of it ("kazoo Lock", "GET_LOCK"). Never written by dlock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub foreign: Option<String>,
+    /// The server's name for this holder's entry, where it has one (a ZooKeeper lock node).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 impl Holder {
@@ -163,6 +170,16 @@ impl Holder {
     /// "host-a pid 4242" (or what is known of it), for messages; the host is escaped for a
     /// terminal ([`crate::report::clean`]): it came from a server or another process.
     pub(crate) fn short(&self) -> String {
+        if let Some(f) = &self.foreign {
+            let f = crate::report::clean(f, crate::report::MAX_FIELD);
+            return match &self.session {
+                Some(s) => format!(
+                    "{f} (not dlock; session {})",
+                    crate::report::clean(s, crate::report::MAX_FIELD)
+                ),
+                None => format!("{f} (not dlock)"),
+            };
+        }
         let host = self
             .host
             .as_deref()

@@ -7,6 +7,7 @@ mod faults;
 mod file;
 mod generated;
 mod hostile;
+mod interop;
 mod modes;
 mod mysql;
 mod partition;

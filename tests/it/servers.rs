@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::util::*;
 
 /// Whether a missing server must fail the tests (CI) rather than skip them.
-fn required() -> bool {
+pub(crate) fn required() -> bool {
     std::env::var_os("DLOCK_TEST_REQUIRE_BACKENDS").is_some_and(|v| v == "1")
 }
 

@@ -359,6 +359,43 @@ impl MysqlBackend {
         .ok()
         .flatten()
     }
+
+    /// Who holds lock `name` now, best effort: dlock's record if the holding connection wrote
+    /// it, else an application's `GET_LOCK` (with the host it connected from, where the
+    /// process list shows it). `None`: free, or unknown.
+    fn holder_now(&self, con: &mut Conn, name: &str) -> Option<Holder> {
+        let id: u64 = con
+            .exec_first("SELECT IS_USED_LOCK(?)", (name,))
+            .ok()
+            .flatten()
+            .flatten()?;
+        Some(self.holder_of(con, name, id))
+    }
+
+    /// The holder of lock `name`, held by connection `id`.
+    fn holder_of(&self, con: &mut Conn, name: &str, id: u64) -> Holder {
+        if let Some((fence, meta, conn)) = self.holder_row(con, name) {
+            if conn == id {
+                let mut h: Holder = serde_json::from_str(&meta).unwrap_or_default();
+                h.fencing_token = Some(fence);
+                h.session = Some(format!("connection {id}"));
+                return h;
+            }
+        }
+        let host: Option<String> = con
+            .exec_first(
+                "SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = ?",
+                (id,),
+            )
+            .ok()
+            .flatten();
+        Holder {
+            foreign: Some("GET_LOCK by an application".into()),
+            session: Some(format!("connection {id}")),
+            host,
+            ..Holder::default()
+        }
+    }
 }
 
 impl Backend for MysqlBackend {
@@ -448,13 +485,7 @@ impl Backend for MysqlBackend {
             ..Status::new(key, self.kind(), location)
         };
         if let Some(id) = holder_id {
-            let mut h = Holder::default();
-            if let Some((fence, meta, conn)) = self.holder_row(&mut con, &name) {
-                if conn == id {
-                    h = serde_json::from_str(&meta).unwrap_or_default();
-                    h.fencing_token = Some(fence);
-                }
-            }
+            let h = self.holder_of(&mut con, &name, id);
             status.notes.push(format!("held by connection {id}"));
             status.holders.push(h);
         }
@@ -591,9 +622,7 @@ impl MysqlBackend {
                 // Any error leaves the outcome unknown: `con` is dropped, which releases it.
                 Err(e) => return Err(self.fail(e)),
             }
-            let holder = self
-                .holder_row(&mut con, name)
-                .and_then(|(_, h, _)| serde_json::from_str::<Holder>(&h).ok());
+            let holder = self.holder_now(&mut con, name);
             if req.waited_out() {
                 return Err(req.busy(holder.as_ref()));
             }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 use zookeeper_client::{Client, EventType, SessionState};
 
+use super::queue::{Kind, lock_queue};
 use super::{COMMAND_TIMEOUT, ZkError, close, op};
 use crate::backend::{Lease, LossNotifier, RenewError};
 use crate::clock::BootInstant;
@@ -78,23 +79,45 @@ impl Lease for ZkLease {
         };
         let mut states = client.state_watcher();
         let (addr, path) = (self.addr.clone(), self.path.clone());
+        let (parent, ours) = path.rsplit_once('/').unwrap_or_default();
+        let (parent, ours) = (parent.to_string(), ours.to_string());
         self.watch = Some(self.rt.spawn(async move {
             let tell = |why: String| lost(format!("{addr}: {why}"));
             let deleted = || tell(format!("the lock node {path} was deleted (dlock break?)"));
+            let mut warned = std::collections::HashSet::new();
             loop {
                 let node = match op(client.check_and_watch_stat(&path)).await {
                     Ok((Some(_), watcher)) => Some(watcher),
                     Ok((None, _)) => return deleted(),
                     Err(_) => None, // disconnected: watch the state; renewals check the node
                 };
-                let watched = node.is_some();
+                // Other recipes' contenders that arrive while we hold: one that never looks at
+                // dlock's nodes holds too, so the command must stop.
+                let children = match op(client.list_and_watch_children(&parent)).await {
+                    Ok((children, watcher)) => {
+                        if let Some(why) = intruder(&children, &ours, &mut warned) {
+                            return tell(why);
+                        }
+                        Some(watcher)
+                    }
+                    Err(_) => None,
+                };
+                let watched = node.is_some() && children.is_some();
                 let mut changed = std::pin::pin!(async {
                     match node {
                         Some(w) => w.changed().await,
                         None => std::future::pending().await,
                     }
                 });
-                // Until the node's watch fires (then look again), or the session ends.
+                let mut listed = std::pin::pin!(async {
+                    match children {
+                        Some(w) => {
+                            w.changed().await;
+                        }
+                        None => std::future::pending().await,
+                    }
+                });
+                // Until a watch fires (then look again), or the session ends.
                 loop {
                     tokio::select! {
                         state = states.changed() => match state {
@@ -114,6 +137,7 @@ impl Lease for ZkLease {
                             }
                             break;
                         }
+                        _ = &mut listed => break,
                     }
                 }
             }
@@ -134,4 +158,47 @@ impl Lease for ZkLease {
         self.rt.block_on(close(client, Some(&self.path)));
         Ok(())
     }
+}
+
+/// Looks at a held lock's siblings (`children` of the key's node; ours is `ours`) for another
+/// recipe's contender that came after us: the reason to stop the command if that recipe never
+/// sees dlock's nodes (a Curator read/write lock, or a child that is not a lock node at all, such
+/// as a semaphore's), else `None`. A kazoo contender sees dlock's nodes only when its lock was
+/// made with `extra_lock_patterns=["-lock-"]`, which dlock cannot tell: it is warned of once.
+fn intruder(
+    children: &[String],
+    ours: &str,
+    warned: &mut std::collections::HashSet<String>,
+) -> Option<String> {
+    let (queue, others) = lock_queue(children.to_vec());
+    if let Some(other) = others.first() {
+        return Some(format!(
+            "another recipe made a node '{}' beside the lock that is not a lock node (a \
+             semaphore's?): it does not see dlock's lock, so it may hold too",
+            crate::report::clean(other, crate::report::MAX_FIELD)
+        ));
+    }
+    let ours = queue.iter().find(|e| e.name == ours)?.seq;
+    for e in queue.iter().filter(|e| e.seq > ours) {
+        let Kind::Foreign(recipe) = e.kind else {
+            continue;
+        };
+        if recipe.ignores_dlock() {
+            return Some(format!(
+                "{} (node {}) joined the lock; that recipe does not see dlock's nodes, so it \
+                 holds too",
+                recipe.describe(),
+                crate::report::clean(&e.name, crate::report::MAX_FIELD)
+            ));
+        }
+        if warned.insert(e.name.clone()) {
+            crate::report::warn(format_args!(
+                "{} (node {}) queued for the lock; it waits for dlock only if it sees dlock's \
+                 lock- nodes (kazoo: extra_lock_patterns=[\"-lock-\"]), else it holds too",
+                recipe.describe(),
+                crate::report::clean(&e.name, crate::report::MAX_FIELD)
+            ));
+        }
+    }
+    None
 }

@@ -51,10 +51,12 @@ use zookeeper_client::{
 use super::{Backend, Holder, Lease, Mode, Reach, Request, Status, escape_key};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key};
-use crate::exit::{Interrupted, Unavailable, Usage};
+use crate::exit::{Busy, Interrupted, Unavailable, Usage};
 
 use self::lease::ZkLease;
-use self::queue::{blocked_by, compatible, kind_of, lock_queue, node_kind, uuid_v4};
+use self::queue::{
+    Entry, Kind, Recipe, blocked_by, compatible, holding, kind_of, lock_queue, node_kind, uuid_v4,
+};
 use self::url::parse_url;
 
 type ZkError = zookeeper_client::Error;
@@ -374,7 +376,39 @@ impl ZkBackend {
         let (data, stat) = op(client.get_data(&format!("{parent}/{name}")))
             .await
             .ok()?;
-        Some(holder_from(&data, &stat))
+        Some(holder_from(name, &data, &stat))
+    }
+
+    /// Whether lock node `name` under `parent` is dlock's (its data is a dlock record), rather
+    /// than a Curator mutex's of the same form. A node gone meanwhile is not.
+    async fn is_dlock_node(&self, client: &Client, parent: &str, name: &str) -> bool {
+        let path = format!("{parent}/{name}");
+        match retried(client, || client.get_data(&path)).await {
+            Ok((data, _)) => dlock_record(&data).is_some(),
+            Err(_) => false,
+        }
+    }
+
+    /// Refuses a lock whose path has children that are not lock nodes (another recipe's, such
+    /// as a semaphore's): dlock cannot tell whether they hold, and that recipe never looks at
+    /// dlock's nodes. Exit 75 (busy), with `--wait` or without.
+    fn not_ours(&self, parent: &str, others: &[String]) -> anyhow::Result<()> {
+        let Some(other) = others.first() else {
+            return Ok(());
+        };
+        Err(Busy {
+            holder: Some(format!(
+                "another recipe: {parent} has a node '{}' that is not a lock node",
+                crate::report::clean(other, crate::report::MAX_FIELD)
+            )),
+            waited: false,
+            why: Some(
+                "a Curator or kazoo semaphore (or another recipe that ignores lock nodes) uses \
+                 this path, and dlock cannot share it; lock another key"
+                    .into(),
+            ),
+        }
+        .into())
     }
 
     /// Joins the queue and waits for our turn. Returns our node and when the request that showed
@@ -404,8 +438,9 @@ impl ZkBackend {
                     }
                 }
             };
-            let queue = lock_queue(children);
-            let Some(pos) = queue.iter().position(|n| *n == ours.name) else {
+            let (queue, others) = lock_queue(children);
+            self.not_ours(parent, &others)?;
+            let Some(pos) = queue.iter().position(|e| e.name == ours.name) else {
                 // Our node is gone while we waited (`dlock break` deletes the holder's node):
                 // join the queue again.
                 crate::report::verbose(format_args!("our lock node vanished; queueing again"));
@@ -413,29 +448,34 @@ impl ZkBackend {
                 *created = Some(format!("{parent}/{}", ours.name));
                 continue;
             };
-            if let Some(theirs) = queue[..pos]
-                .iter()
-                .filter_map(|n| kind_of(n))
-                .find(|k| !compatible(req.mode, *k))
-            {
+            // A dlock user of this key in another mode before us: a usage error (exit 2). A
+            // `lock-` node that is not dlock's (Curator's mutex) is waited for, never refused.
+            for e in &queue[..pos] {
+                let Kind::Lock(theirs) = e.kind else { continue };
+                if compatible(req.mode, theirs)
+                    || theirs == Mode::Exclusive
+                        && !self.is_dlock_node(client, parent, &e.name).await
+                {
+                    continue;
+                }
                 return Err(super::mode_mismatch(req.key, req.mode, &theirs.describe()));
             }
             let Some(blocker) = blocked_by(&queue, pos) else {
                 return Ok((ours, sent));
             };
             if req.waited_out() {
-                let holder = self.holder_of(client, parent, &queue[0]).await;
+                let holder = self.holder_of(client, parent, &queue[0].name).await;
                 return Err(req.busy(holder.as_ref()));
             }
-            if told.as_deref() != Some(queue[0].as_str()) {
-                if let Some(h) = self.holder_of(client, parent, &queue[0]).await {
+            if told.as_deref() != Some(queue[0].name.as_str()) {
+                if let Some(h) = self.holder_of(client, parent, &queue[0].name).await {
                     (req.on_holder)(&h);
                 }
-                told = Some(queue[0].clone());
+                told = Some(queue[0].name.clone());
             }
             let watcher = match blocker {
                 Some(i) => {
-                    let node = format!("{parent}/{}", queue[i]);
+                    let node = format!("{parent}/{}", queue[i].name);
                     match retried(client, || client.check_and_watch_stat(&node)).await {
                         Ok((Some(_), watcher)) => watcher,
                         Ok((None, _)) => continue, // gone already
@@ -448,7 +488,7 @@ impl ZkBackend {
                     let sent = BootInstant::now();
                     match retried(client, || client.list_and_watch_children(parent)).await {
                         Ok((children, watcher)) => {
-                            if lock_queue(children.clone()) != queue {
+                            if lock_queue(children.clone()) != (queue, Vec::new()) {
                                 listing = Some((children, sent));
                                 continue; // changed since we looked: look again first
                             }
@@ -478,22 +518,30 @@ impl ZkBackend {
         }
     }
 
-    /// The lock nodes of `key` with their metadata, holder first.
-    async fn queue_of(
-        &self,
-        client: &Client,
-        key: &Key,
-    ) -> anyhow::Result<(String, Vec<(String, Holder)>)> {
+    /// The contenders of `key` with their metadata, holder first, and its children that are
+    /// not lock nodes.
+    async fn queue_of(&self, client: &Client, key: &Key) -> anyhow::Result<Queue> {
         let parent = self.key_path(key);
-        let names = match retried(client, || client.list_children(&parent)).await {
+        let (entries, others) = match retried(client, || client.list_children(&parent)).await {
             Ok(children) => lock_queue(children),
-            Err(ZkError::NoNode) => Vec::new(),
+            Err(ZkError::NoNode) => Default::default(),
             Err(e) => return Err(self.fail("list the lock's queue", e)),
         };
-        if names.is_empty() {
-            return Ok((parent, Vec::new()));
+        let mut queue = Queue {
+            parent,
+            entries: Vec::new(),
+            others: Vec::new(),
+        };
+        if entries.is_empty() && others.is_empty() {
+            return Ok(queue);
         }
-        let results = retried(client, || {
+        let names: Vec<&str> = entries
+            .iter()
+            .map(|e| e.name.as_str())
+            .chain(others.iter().map(String::as_str))
+            .collect();
+        let parent = &queue.parent;
+        let mut results = retried(client, || {
             let mut reader = client.new_multi_reader();
             for name in &names {
                 let _ = reader.add_get_data(&format!("{parent}/{name}"));
@@ -501,36 +549,54 @@ impl ZkBackend {
             reader.commit()
         })
         .await
-        .map_err(|e| self.fail("read the lock's nodes", e))?;
-        let queue = names
-            .into_iter()
-            .zip(results)
-            .filter_map(|(name, r)| match r {
-                MultiReadResult::Data { data, stat } => Some((name, holder_from(&data, &stat))),
-                _ => None, // deleted meanwhile
-            })
-            .collect();
-        Ok((parent, queue))
+        .map_err(|e| self.fail("read the lock's nodes", e))?
+        .into_iter();
+        for e in entries {
+            // (One not there any more was deleted meanwhile.)
+            if let Some(MultiReadResult::Data { data, stat }) = results.next() {
+                let h = holder_from(&e.name, &data, &stat);
+                queue.entries.push((e, h));
+            }
+        }
+        for name in others {
+            if let Some(MultiReadResult::Data { data, stat }) = results.next() {
+                queue.others.push(holder_from(&name, &data, &stat));
+            }
+        }
+        Ok(queue)
     }
 
     /// The status a key's queue (holder first) makes.
-    fn status_of(&self, key: &Key, parent: &str, mut queue: Vec<(String, Holder)>) -> Status {
-        // The holders are a prefix of the queue: all nodes up to the first one that waits.
+    fn status_of(&self, key: &Key, queue: Queue) -> Status {
+        let Queue {
+            parent,
+            mut entries,
+            others,
+        } = queue;
         let location = format!("{} (node {parent})", self.addr);
         let mut status = Status::new(key, self.kind(), location);
-        status.server_name = Some(parent.to_string());
-        let names: Vec<String> = queue.iter().map(|(n, _)| n.clone()).collect();
-        let holding = (0..names.len())
-            .take_while(|&i| blocked_by(&names, i).is_none())
-            .count();
-        let rest = queue.split_off(holding);
-        status.held = !queue.is_empty();
+        status.server_name = Some(parent);
+        let kinds: Vec<Entry> = entries.iter().map(|(e, _)| e.clone()).collect();
+        let rest = entries.split_off(holding(&kinds));
         status.waiters = Some(rest.len() as u64);
-        if let Some(mode) = names.first().and_then(|n| kind_of(n)) {
+        if let Some((first, _)) = entries.first() {
+            let mode = match first.kind {
+                Kind::Lock(mode) => mode,
+                Kind::Foreign(_) => Mode::Exclusive,
+            };
             status.mode = Some(mode.name());
             status.limit = mode.limit();
         }
-        status.holders = queue.into_iter().map(|(_, h)| h).collect();
+        status.holders = entries.into_iter().map(|(_, h)| h).collect();
+        if !others.is_empty() {
+            status.notes.push(
+                "the lock's path has nodes of another recipe that are not lock nodes (a \
+                 semaphore's?): dlock refuses to run on it (exit 75)"
+                    .into(),
+            );
+        }
+        status.holders.extend(others);
+        status.held = !status.holders.is_empty();
         status.queue = rest.into_iter().map(|(_, h)| h).collect();
         status
     }
@@ -547,11 +613,47 @@ impl ZkBackend {
     }
 }
 
-/// A lock node's holder metadata, with the facts only the node's stat knows.
-fn holder_from(data: &[u8], stat: &Stat) -> Holder {
-    let mut h: Holder = serde_json::from_slice(data).unwrap_or_default();
-    h.fencing_token = u64::try_from(stat.czxid).ok();
-    h.session = Some(format!("0x{:x}", stat.ephemeral_owner));
+/// A key's children as `status` and `break` see them.
+struct Queue {
+    /// The key's node.
+    parent: String,
+    /// Its contenders, first holder first.
+    entries: Vec<(Entry, Holder)>,
+    /// Its children that are not lock nodes (another recipe's).
+    others: Vec<Holder>,
+}
+
+/// The holder record in a node's data, if it is dlock's.
+fn dlock_record(data: &[u8]) -> Option<Holder> {
+    serde_json::from_slice::<Holder>(data)
+        .ok()
+        .filter(|h| h.pid.is_some() && h.foreign.is_none())
+}
+
+/// What a child of a key's node says of its holder: dlock's record with the facts only the
+/// node's stat knows, or for another recipe's node what its name tells.
+fn holder_from(name: &str, data: &[u8], stat: &Stat) -> Holder {
+    let mut h = match dlock_record(data) {
+        Some(mut h) => {
+            h.fencing_token = u64::try_from(stat.czxid).ok();
+            h
+        }
+        None => Holder {
+            foreign: Some(
+                match kind_of(name) {
+                    Some(Kind::Foreign(r)) => r.describe(),
+                    Some(Kind::Lock(_)) => Recipe::CuratorMutex.describe(),
+                    None => "another recipe's node (not a lock node)",
+                }
+                .into(),
+            ),
+            ..Holder::default()
+        },
+    };
+    if stat.ephemeral_owner != 0 {
+        h.session = Some(format!("0x{:x}", stat.ephemeral_owner));
+    }
+    h.node = Some(name.to_string());
     h
 }
 
@@ -637,8 +739,8 @@ impl Backend for ZkBackend {
     }
 
     fn status(&self, key: &Key) -> anyhow::Result<Status> {
-        let (parent, queue) = self.admin(async |client| self.queue_of(client, key).await)?;
-        Ok(self.status_of(key, &parent, queue))
+        let queue = self.admin(async |client| self.queue_of(client, key).await)?;
+        Ok(self.status_of(key, queue))
     }
 
     fn purge(&self, key: &Key) -> anyhow::Result<()> {
@@ -651,22 +753,35 @@ impl Backend for ZkBackend {
         )
     }
 
-    /// Deletes the holder's node (the holder sees it go and stops its command); waiters keep
-    /// their places, and the first of them gets the lock. One session reads and deletes.
+    /// Deletes the holders' nodes (a holder sees its node go and stops its command); waiters
+    /// keep their places, and the first of them gets the lock. One session reads and deletes.
+    /// Another recipe's nodes are left alone: their clients do not watch their own nodes, so
+    /// they would go on as holders.
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
-        let (parent, queue) = self.admin(async |client| {
-            let (parent, queue) = self.queue_of(client, key).await?;
-            let names: Vec<String> = queue.iter().map(|(n, _)| n.clone()).collect();
-            let holding = (0..names.len()).take_while(|&i| blocked_by(&names, i).is_none());
-            for i in holding {
-                let path = format!("{parent}/{}", names[i]);
+        let (queue, kept) = self.admin(async |client| {
+            let queue = self.queue_of(client, key).await?;
+            let kinds: Vec<Entry> = queue.entries.iter().map(|(e, _)| e.clone()).collect();
+            let mut kept = Vec::new();
+            for (e, h) in &queue.entries[..holding(&kinds)] {
+                if h.foreign.is_some() {
+                    kept.push(e.name.clone());
+                    continue;
+                }
+                let path = format!("{}/{}", queue.parent, e.name);
                 match retried(client, || client.delete(&path, None)).await {
                     Ok(()) | Err(ZkError::NoNode) => {}
                     Err(e) => return Err(self.fail(&format!("delete {path}"), e)),
                 }
             }
-            Ok((parent, queue))
+            Ok((queue, kept))
         })?;
-        Ok(self.status_of(key, &parent, queue))
+        let mut status = self.status_of(key, queue);
+        for name in kept {
+            status.notes.push(format!(
+                "node {name} is not dlock's and was left in place: its client would not notice \
+                 its deletion and would go on holding"
+            ));
+        }
+        Ok(status)
     }
 }
