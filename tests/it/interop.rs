@@ -162,32 +162,43 @@ fn setup(name: &str) -> Option<(&'static Zookeeper, TestBackend, String, String)
     Some((zk, b, key, path))
 }
 
-/// Two dlock workers and two of `client` each add 1 to a counter file `n` times under the lock;
-/// any overlap loses an increment.
-fn counter_is_exact(client: Client, name: &str) {
-    let Some((zk, b, key, path)) = setup(name) else {
-        return;
-    };
-    if client.cmd(zk, &path, &[]).is_none() {
-        return;
-    }
-    let n = 6;
-    let counter = scratch(name).join("counter");
+/// A read-sleep-write step on a counter file, as a script (`sh STEP`): any overlap of two
+/// steps loses an increment.
+fn counter(name: &str) -> (PathBuf, PathBuf) {
+    let dir = scratch(name);
+    let (counter, step) = (dir.join("counter"), dir.join("step.sh"));
     std::fs::write(&counter, "0\n").unwrap();
     let c = counter.display();
-    let step = format!("x=$(cat {c}); sleep 0.005; echo $((x + 1)) > {c}");
+    std::fs::write(
+        &step,
+        format!("x=$(cat {c}); sleep 0.005; echo $((x + 1)) > {c}\n"),
+    )
+    .unwrap();
+    (counter, step)
+}
+
+/// Runs two dlock workers beside `apps` (each adding `n` under the application's lock), each
+/// adding 1 to `counter` `n` times with `step`; checks nothing was lost.
+fn counter_is_exact(
+    b: &TestBackend,
+    key: &str,
+    n: u32,
+    (counter, step): (PathBuf, PathBuf),
+    apps: Vec<Command>,
+) {
     let mut workers = Vec::new();
-    for _ in 0..2 {
-        let runs = format!(
-            "for i in $(seq {n}); do {} || exit 1; done",
-            shell_words(&b.run(&key, &["--wait", "60s", "-q"], &sh(&step)))
-        );
-        workers.push(Proc::spawn(&mut Command::new("sh").args(["-c", &runs])));
-        let c = counter.to_str().unwrap();
-        let count = client
-            .cmd(zk, &path, &["count", c, &n.to_string()])
-            .unwrap();
-        workers.push(Proc::spawn(&mut { count }));
+    let dlock_runs = format!(
+        "for i in $(seq {n}); do {} || exit 1; done",
+        shell_words(&b.run(
+            key,
+            &["--wait", "60s", "-q"],
+            &["sh", step.to_str().unwrap()]
+        ))
+    );
+    let total = n * (2 + apps.len() as u32);
+    for mut app in apps {
+        workers.push(Proc::spawn(Command::new("sh").args(["-c", &dlock_runs])));
+        workers.push(Proc::spawn(&mut app));
     }
     for w in workers {
         let (out, _) = w.wait(Duration::from_secs(120));
@@ -198,7 +209,60 @@ fn counter_is_exact(client: Client, name: &str) {
         .trim()
         .parse()
         .unwrap();
-    assert_eq!(got, 4 * n, "{client:?} and dlock overlapped");
+    assert_eq!(got, total, "an application's lock and dlock overlapped");
+}
+
+/// `app` run `n` times in a row by `sh`, stopping at the first failure.
+fn repeated(app: &Command, n: u32) -> Command {
+    let mut c = Command::new("sh");
+    c.args([
+        "-c",
+        &format!(
+            "for i in $(seq {n}); do {} || exit 1; done",
+            shell_words(app)
+        ),
+    ]);
+    for (k, v) in app.get_envs() {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    c
+}
+
+/// Two dlock workers and two of `client` each add 1 to a counter file `n` times under the lock.
+fn client_counter_is_exact(client: Client, name: &str) {
+    let Some((zk, b, key, path)) = setup(name) else {
+        return;
+    };
+    if client.cmd(zk, &path, &[]).is_none() {
+        return;
+    }
+    let n = 6;
+    let (counter, step) = counter(name);
+    let c = counter.to_str().unwrap();
+    let apps = (0..2)
+        .map(|_| {
+            client
+                .cmd(zk, &path, &["count", c, &n.to_string()])
+                .unwrap()
+        })
+        .collect();
+    counter_is_exact(&b, &key, n, (counter.clone(), step.clone()), apps);
+}
+
+/// The code block after `<!-- snippet: NAME -->` in docs/interop.md.
+fn snippet(name: &str) -> String {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/interop.md"))
+            .unwrap();
+    let marker = format!("<!-- snippet: {name} -->\n```");
+    let at = doc
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no snippet {name} in docs/interop.md"));
+    let block = &doc[at + marker.len()..];
+    let block = &block[block.find('\n').unwrap() + 1..];
+    block[..block.find("```").unwrap()].to_string()
 }
 
 /// A command line for `sh -c`, every word quoted.
@@ -212,12 +276,213 @@ fn shell_words(cmd: &Command) -> String {
 
 #[test]
 fn curator_mutex_and_dlock_exclude_each_other() {
-    counter_is_exact(Client::Curator("mutex"), "curator-counter");
+    client_counter_is_exact(Client::Curator("mutex"), "curator-counter");
 }
 
 #[test]
 fn kazoo_lock_with_dlocks_pattern_and_dlock_exclude_each_other() {
-    counter_is_exact(Client::Kazoo("lock-dlock"), "kazoo-counter");
+    client_counter_is_exact(Client::Kazoo("lock-dlock"), "kazoo-counter");
+}
+
+/// The Java and Python snippets of docs/interop.md, run as they are, exclude dlock and are
+/// excluded by it.
+#[test]
+fn zookeeper_snippets_of_the_docs_share_dlocks_lock() {
+    let Some((zk, b, key, path)) = setup("zk-snippets") else {
+        return;
+    };
+    let (Some(cp), Some(python)) = (curator(), kazoo()) else {
+        return;
+    };
+    let dir = scratch("zk-snippets");
+    std::fs::write(dir.join("ZkLock.java"), snippet("curator")).unwrap();
+    std::fs::write(dir.join("zk_lock.py"), snippet("kazoo")).unwrap();
+    let compiled = output(
+        Command::new("javac")
+            .arg("-d")
+            .arg(&dir)
+            .args(["-cp", cp])
+            .arg(dir.join("ZkLock.java")),
+    );
+    assert!(compiled.status.success(), "{}", describe(&compiled));
+    let (counter, step) = counter("zk-snippets");
+    let name = path.strip_prefix("/dlock/").unwrap();
+    let step_path = step.clone();
+    let step = step.to_str().unwrap();
+    let mut java = Command::new("java");
+    java.args([
+        "-cp",
+        &format!("{}:{cp}", dir.display()),
+        "ZkLock",
+        name,
+        "sh",
+        step,
+    ]);
+    java.env("ZK_HOSTS", zk.hosts());
+    let mut py = Command::new(python);
+    py.arg(dir.join("zk_lock.py")).args([name, "sh", step]);
+    py.env("ZK_HOSTS", zk.hosts());
+    let n = 3;
+    counter_is_exact(
+        &b,
+        &key,
+        n,
+        (counter.clone(), step_path),
+        vec![repeated(&java, n), repeated(&py, n)],
+    );
+}
+
+/// The SQL snippet of docs/interop.md through the `mariadb` client: `GET_LOCK` on dlock's lock
+/// name excludes dlock's runs, both ways; while it holds, every dlock mode waits (75 with
+/// `--no-wait`, never a usage error) and `status` names it.
+#[test]
+fn mysql_get_lock_of_an_application_is_dlocks_lock() {
+    let Some(m) = crate::servers::shared_mariadb() else {
+        return;
+    };
+    let b = TestBackend::mysql(&m.url());
+    let key = unique_key("app-get-lock");
+    let name = b.status(&key)["server_name"].as_str().unwrap().to_string();
+    let dir = scratch("app-get-lock");
+    // `mariadb` as the snippet calls it, connected to the test's server.
+    let mut client = m.client();
+    // (The shim must not call itself: the real client by its full path.)
+    let real = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|d| d.join("mariadb"))
+        .find(|p| p.is_file())
+        .unwrap();
+    let args: Vec<_> = client.get_args().map(|a| a.to_owned()).collect();
+    client = Command::new(real);
+    client.args(args);
+    let shim = dir.join("bin");
+    std::fs::create_dir_all(&shim).unwrap();
+    std::fs::write(
+        shim.join("mariadb"),
+        format!("#!/bin/sh\nexec {} \"$@\"\n", shell_words(&client)),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        shim.join("mariadb"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!("{}:{}", shim.display(), std::env::var("PATH").unwrap());
+    std::fs::write(
+        dir.join("mysql_lock.sh"),
+        snippet("mysql").replace("dlock:nightly-report", &name),
+    )
+    .unwrap();
+    let (counter, step) = counter("app-get-lock");
+    let mut app = Command::new("sh");
+    app.arg(dir.join("mysql_lock.sh"))
+        .args(["sh", step.to_str().unwrap()]);
+    app.env("PATH", &path);
+    let n = 4;
+    counter_is_exact(
+        &b,
+        &key,
+        n,
+        (counter.clone(), step.clone()),
+        vec![repeated(&app, n), repeated(&app, n)],
+    );
+    // An application holds (a client session in GET_LOCK, until its stdin closes): dlock waits
+    // in every mode it has, and status shows who.
+    let mut app = Proc::spawn(&mut m.client());
+    let sql = format!("SELECT GET_LOCK('{name}', 60);\n");
+    std::io::Write::write_all(app.child.stdin.as_mut().unwrap(), sql.as_bytes()).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the application's GET_LOCK",
+        || b.status(&key)["held"] == true,
+    );
+    for mode in [&[][..], &["--limit", "2"]] {
+        let extra = [mode, &["--no-wait"]].concat();
+        let out = run_code(&mut b.run(&key, &extra, &["true"]), 75);
+        assert!(
+            one_error_line(&out).contains("GET_LOCK by an application"),
+            "{mode:?}: {}",
+            describe(&out)
+        );
+    }
+    let s = b.status(&key);
+    assert_eq!(s["held"], true, "{s}");
+    assert_eq!(
+        s["holders"][0]["foreign"], "GET_LOCK by an application",
+        "{s}"
+    );
+    let waiter = Proc::spawn(&mut b.run(&key, &["--limit", "2", "--wait", "30s"], &["true"]));
+    crate::conformance::wait_until_waiting(&b, &key, 1);
+    app.close_stdin();
+    let (out, _) = waiter.wait(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", describe(&out));
+    app.wait(Duration::from_secs(10));
+}
+
+/// The psql snippet of docs/interop.md: `pg_advisory_lock` on dlock's advisory key.
+#[test]
+fn postgres_snippet_of_the_docs_shares_dlocks_lock() {
+    let Some(p) = crate::servers::shared_postgres() else {
+        return;
+    };
+    let b = TestBackend::postgres(&p.url());
+    let key = unique_key("app-advisory");
+    let id = b.status(&key)["server_name"].as_str().unwrap().to_string();
+    let dir = scratch("app-advisory");
+    std::fs::write(dir.join("pg_lock.sh"), snippet("postgres")).unwrap();
+    let psql = p.psql();
+    let (counter, step) = counter("app-advisory");
+    let mut app = Command::new("sh");
+    app.arg(dir.join("pg_lock.sh"))
+        .args([&id, "sh", step.to_str().unwrap()]);
+    let bin = Path::new(psql.get_program()).parent().unwrap();
+    app.env(
+        "PATH",
+        format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+    );
+    let args: Vec<String> = psql
+        .get_args()
+        .map(|a| a.to_str().unwrap().to_string())
+        .collect();
+    let after = |flag: &str| args[args.iter().position(|a| a == flag).unwrap() + 1].clone();
+    app.env("PGHOST", after("-h"))
+        .env("PGPORT", after("-p"))
+        .env("PGUSER", "postgres")
+        .env("PGDATABASE", "postgres");
+    let n = 4;
+    counter_is_exact(
+        &b,
+        &key,
+        n,
+        (counter.clone(), step.clone()),
+        vec![repeated(&app, n), repeated(&app, n)],
+    );
+}
+
+/// The redis-py snippet of docs/interop.md: redis-py's `Lock` on `dlock:{KEY}` is dlock's
+/// exclusive lock.
+#[test]
+fn redis_py_snippet_of_the_docs_shares_dlocks_lock() {
+    let Some(url) = crate::servers::shared_redis() else {
+        return;
+    };
+    let Some(python) = kazoo() else { return };
+    let b = TestBackend::redis(&url);
+    let key = unique_key("app-redis");
+    let dir = scratch("app-redis");
+    std::fs::write(dir.join("redis_lock.py"), snippet("redis-py")).unwrap();
+    let (counter, step) = counter("app-redis");
+    let mut app = Command::new(python);
+    app.arg(dir.join("redis_lock.py"))
+        .args([&key, "sh", step.to_str().unwrap()]);
+    app.env("REDIS_URL", &url);
+    let n = 3;
+    counter_is_exact(
+        &b,
+        &key,
+        n,
+        (counter.clone(), step.clone()),
+        vec![repeated(&app, n), repeated(&app, n)],
+    );
 }
 
 /// dlock's shared and semaphore nodes are contenders for Curator's mutex and for kazoo with

@@ -101,20 +101,42 @@ fn conflict_sql(key: &Key, mode: Mode) -> String {
          AND IS_USED_LOCK(name) = connection_id"
     );
     match mode {
+        // The key's own lock: dlock's exclusive lock if its holder wrote a record, else an
+        // application's GET_LOCK (waited for, never a mode mismatch).
         Mode::Limit(n) => format!(
             "COALESCE((SELECT holder {live_slots} AND holder NOT LIKE '%\"limit\":{n}}}%' LIMIT 1), \
-             IF(IS_USED_LOCK(X'{base}') IS NULL, NULL, '{{\"mode\":\"exclusive\"}}'))",
+             IF(IS_USED_LOCK(X'{base}') IS NULL, NULL, \
+                IF(EXISTS(SELECT 1 FROM {TABLE} WHERE name = X'{base}' \
+                          AND connection_id = IS_USED_LOCK(X'{base}')), \
+                   '{{\"mode\":\"exclusive\"}}', '{{\"foreign\":\"GET_LOCK by an application\"}}')))",
             base = hex(&lock_name(key))
         ),
         _ => format!("(SELECT holder {live_slots} LIMIT 1)"),
     }
 }
 
-/// The error for a holder `theirs` of the key in another mode than the request's.
+/// The error for a holder `theirs` of the key in another mode than the request's; for an
+/// application's `GET_LOCK` on the key's name, [`AppHolds`].
 fn mismatch(req: &Request<'_>, theirs: &Holder) -> anyhow::Error {
+    if theirs.foreign.is_some() {
+        return AppHolds(theirs.clone()).into();
+    }
     let mode = theirs.mode.unwrap_or(Mode::Exclusive);
     super::mode_mismatch(req.key, req.mode, &mode.describe())
 }
+
+/// A semaphore slot was free, but an application holds the key's own name with `GET_LOCK`: the
+/// run waits for it like for any holder (see `slots::acquire_slot`).
+#[derive(Debug)]
+struct AppHolds(Holder);
+
+impl std::fmt::Display for AppHolds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "held by {}", self.0.short())
+    }
+}
+
+impl std::error::Error for AppHolds {}
 
 /// Locks on one MySQL or MariaDB server.
 pub(crate) struct MysqlBackend {
@@ -589,6 +611,7 @@ impl MysqlBackend {
             .ok()
             .flatten();
         match theirs.and_then(|m| serde_json::from_str::<Holder>(&m).ok()) {
+            Some(h) if h.foreign.is_some() => req.busy(Some(&h)),
             Some(h) => mismatch(req, &h),
             None => busy(con),
         }

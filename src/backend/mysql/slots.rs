@@ -31,7 +31,28 @@ impl MysqlBackend {
     /// at the front waits for any slot: one connection per slot, each in GET_LOCK, the first
     /// granted wins and the others are stopped (KILL QUERY; a slot granted to a loser is released
     /// when its connection closes). GET_LOCK cannot wait for "any of N" on one connection.
+    ///
+    /// An application's `GET_LOCK` on the key's own name is a holder too: the run waits for it
+    /// to go (in `GET_LOCK` on that name, then let go at once), and takes a slot again.
     pub(super) fn acquire_slot(&self, req: &Request<'_>, n: u32) -> anyhow::Result<Box<dyn Lease>> {
+        loop {
+            match self.acquire_slot_once(req, n) {
+                Err(e) => match e.downcast::<super::AppHolds>() {
+                    Ok(super::AppHolds(app)) => {
+                        if req.waited_out() {
+                            return Err(req.busy(Some(&app)));
+                        }
+                        (req.on_holder)(&app);
+                        drop(self.get_lock(&super::lock_name(req.key), req)?);
+                    }
+                    Err(e) => return Err(e),
+                },
+                lease => return lease,
+            }
+        }
+    }
+
+    fn acquire_slot_once(&self, req: &Request<'_>, n: u32) -> anyhow::Result<Box<dyn Lease>> {
         let prefix = slot_prefix(req.key);
         let slots: Vec<String> = (1..=n).map(|i| format!("{prefix}{i}")).collect();
         let ttl_secs = wait_timeout_secs(req.ttl);
