@@ -183,7 +183,7 @@ fn counter_is_exact(
     b: &TestBackend,
     key: &str,
     n: u32,
-    (counter, step): (PathBuf, PathBuf),
+    (counter, step): (&Path, &Path),
     apps: Vec<Command>,
 ) {
     let mut workers = Vec::new();
@@ -204,12 +204,26 @@ fn counter_is_exact(
         let (out, _) = w.wait(Duration::from_secs(120));
         assert!(out.status.success(), "{}", describe(&out));
     }
-    let got: u32 = std::fs::read_to_string(&counter)
+    let got: u32 = std::fs::read_to_string(counter)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
     assert_eq!(got, total, "an application's lock and dlock overlapped");
+}
+
+/// Two dlock workers and two running `app` (made for the counter's step script) `n` times each.
+fn app_counter_is_exact(
+    b: &TestBackend,
+    key: &str,
+    name: &str,
+    n: u32,
+    app: impl FnOnce(&str) -> Command,
+) {
+    let (counter, step) = counter(name);
+    let app = app(step.to_str().unwrap());
+    let apps = vec![repeated(&app, n), repeated(&app, n)];
+    counter_is_exact(b, key, n, (&counter, &step), apps);
 }
 
 /// `app` run `n` times in a row by `sh`, stopping at the first failure.
@@ -248,7 +262,7 @@ fn client_counter_is_exact(client: Client, name: &str) {
                 .unwrap()
         })
         .collect();
-    counter_is_exact(&b, &key, n, (counter.clone(), step.clone()), apps);
+    counter_is_exact(&b, &key, n, (&counter, &step), apps);
 }
 
 /// The code block after `<!-- snippet: NAME -->` in docs/interop.md.
@@ -305,10 +319,9 @@ fn zookeeper_snippets_of_the_docs_share_dlocks_lock() {
             .arg(dir.join("ZkLock.java")),
     );
     assert!(compiled.status.success(), "{}", describe(&compiled));
-    let (counter, step) = counter("zk-snippets");
+    let (counter, step_path) = counter("zk-snippets");
     let name = path.strip_prefix("/dlock/").unwrap();
-    let step_path = step.clone();
-    let step = step.to_str().unwrap();
+    let step = step_path.to_str().unwrap();
     let mut java = Command::new("java");
     java.args([
         "-cp",
@@ -327,7 +340,7 @@ fn zookeeper_snippets_of_the_docs_share_dlocks_lock() {
         &b,
         &key,
         n,
-        (counter.clone(), step_path),
+        (&counter, &step_path),
         vec![repeated(&java, n), repeated(&py, n)],
     );
 }
@@ -372,19 +385,12 @@ fn mysql_get_lock_of_an_application_is_dlocks_lock() {
         snippet("mysql").replace("dlock:nightly-report", &name),
     )
     .unwrap();
-    let (counter, step) = counter("app-get-lock");
-    let mut app = Command::new("sh");
-    app.arg(dir.join("mysql_lock.sh"))
-        .args(["sh", step.to_str().unwrap()]);
-    app.env("PATH", &path);
-    let n = 4;
-    counter_is_exact(
-        &b,
-        &key,
-        n,
-        (counter.clone(), step.clone()),
-        vec![repeated(&app, n), repeated(&app, n)],
-    );
+    app_counter_is_exact(&b, &key, "app-get-lock", 4, |step| {
+        let mut app = Command::new("sh");
+        app.arg(dir.join("mysql_lock.sh")).args(["sh", step]);
+        app.env("PATH", &path);
+        app
+    });
     // An application holds (a client session in GET_LOCK, until its stdin closes): dlock waits
     // in every mode it has, and status shows who.
     let mut app = Proc::spawn(&mut m.client());
@@ -430,32 +436,23 @@ fn postgres_snippet_of_the_docs_shares_dlocks_lock() {
     let dir = scratch("app-advisory");
     std::fs::write(dir.join("pg_lock.sh"), snippet("postgres")).unwrap();
     let psql = p.psql();
-    let (counter, step) = counter("app-advisory");
-    let mut app = Command::new("sh");
-    app.arg(dir.join("pg_lock.sh"))
-        .args([&id, "sh", step.to_str().unwrap()]);
     let bin = Path::new(psql.get_program()).parent().unwrap();
-    app.env(
-        "PATH",
-        format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
-    );
     let args: Vec<String> = psql
         .get_args()
         .map(|a| a.to_str().unwrap().to_string())
         .collect();
     let after = |flag: &str| args[args.iter().position(|a| a == flag).unwrap() + 1].clone();
-    app.env("PGHOST", after("-h"))
-        .env("PGPORT", after("-p"))
-        .env("PGUSER", "postgres")
-        .env("PGDATABASE", "postgres");
-    let n = 4;
-    counter_is_exact(
-        &b,
-        &key,
-        n,
-        (counter.clone(), step.clone()),
-        vec![repeated(&app, n), repeated(&app, n)],
-    );
+    app_counter_is_exact(&b, &key, "app-advisory", 4, |step| {
+        let mut app = Command::new("sh");
+        app.arg(dir.join("pg_lock.sh")).args([&id, "sh", step]);
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+        app.env("PATH", path)
+            .env("PGHOST", after("-h"))
+            .env("PGPORT", after("-p"))
+            .env("PGUSER", "postgres")
+            .env("PGDATABASE", "postgres");
+        app
+    });
 }
 
 /// The redis-py snippet of docs/interop.md: redis-py's `Lock` on `dlock:{KEY}` is dlock's
@@ -470,19 +467,12 @@ fn redis_py_snippet_of_the_docs_shares_dlocks_lock() {
     let key = unique_key("app-redis");
     let dir = scratch("app-redis");
     std::fs::write(dir.join("redis_lock.py"), snippet("redis-py")).unwrap();
-    let (counter, step) = counter("app-redis");
-    let mut app = Command::new(python);
-    app.arg(dir.join("redis_lock.py"))
-        .args([&key, "sh", step.to_str().unwrap()]);
-    app.env("REDIS_URL", &url);
-    let n = 3;
-    counter_is_exact(
-        &b,
-        &key,
-        n,
-        (counter.clone(), step.clone()),
-        vec![repeated(&app, n), repeated(&app, n)],
-    );
+    app_counter_is_exact(&b, &key, "app-redis", 3, |step| {
+        let mut app = Command::new(python);
+        app.arg(dir.join("redis_lock.py")).args([&key, "sh", step]);
+        app.env("REDIS_URL", &url);
+        app
+    });
 }
 
 /// dlock's shared and semaphore nodes are contenders for Curator's mutex and for kazoo with

@@ -38,6 +38,18 @@ pub(crate) fn available(bin: &str) -> bool {
     found
 }
 
+/// Runs a database client with `sql` as its last argument; its output, trimmed. Panics with
+/// the client's errors if it fails.
+fn sql_output(client: &mut Command, sql: &str) -> String {
+    let out = client.arg(sql).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
 
 /// Spawns server processes from a thread that lives as long as the test binary, so that
@@ -522,13 +534,7 @@ impl Mariadb {
 
     /// Runs SQL as root and returns the output.
     pub(crate) fn sql(&self, sql: &str) -> String {
-        let out = self.client().arg("-e").arg(sql).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        sql_output(self.client().arg("-e"), sql)
     }
 
     /// `mysql://dlock:dlock@127.0.0.1:PORT/dlock`
@@ -951,13 +957,7 @@ impl Postgres {
 
     /// Runs SQL and returns its output.
     pub(crate) fn sql(&self, sql: &str) -> String {
-        let out = self.psql().args(["-c", sql]).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        sql_output(self.psql().arg("-c"), sql)
     }
 
     /// `postgres://postgres@127.0.0.1:PORT/postgres`

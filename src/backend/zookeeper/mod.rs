@@ -530,6 +530,7 @@ impl ZkBackend {
         let mut queue = Queue {
             parent,
             entries: Vec::new(),
+            holders: Vec::new(),
             others: Vec::new(),
         };
         if entries.is_empty() && others.is_empty() {
@@ -554,8 +555,8 @@ impl ZkBackend {
         for e in entries {
             // (One not there any more was deleted meanwhile.)
             if let Some(MultiReadResult::Data { data, stat }) = results.next() {
-                let h = holder_from(&e.name, &data, &stat);
-                queue.entries.push((e, h));
+                queue.holders.push(holder_from(&e.name, &data, &stat));
+                queue.entries.push(e);
             }
         }
         for name in others {
@@ -570,16 +571,16 @@ impl ZkBackend {
     fn status_of(&self, key: &Key, queue: Queue) -> Status {
         let Queue {
             parent,
-            mut entries,
+            entries,
+            mut holders,
             others,
         } = queue;
         let location = format!("{} (node {parent})", self.addr);
         let mut status = Status::new(key, self.kind(), location);
         status.server_name = Some(parent);
-        let kinds: Vec<Entry> = entries.iter().map(|(e, _)| e.clone()).collect();
-        let rest = entries.split_off(holding(&kinds));
+        let rest = holders.split_off(holding(&entries));
         status.waiters = Some(rest.len() as u64);
-        if let Some((first, _)) = entries.first() {
+        if let Some(first) = entries.first() {
             let mode = match first.kind {
                 Kind::Lock(mode) => mode,
                 Kind::Foreign(_) => Mode::Exclusive,
@@ -587,7 +588,7 @@ impl ZkBackend {
             status.mode = Some(mode.name());
             status.limit = mode.limit();
         }
-        status.holders = entries.into_iter().map(|(_, h)| h).collect();
+        status.holders = holders;
         if !others.is_empty() {
             status.notes.push(
                 "the lock's path has nodes of another recipe that are not lock nodes (a \
@@ -597,7 +598,7 @@ impl ZkBackend {
         }
         status.holders.extend(others);
         status.held = !status.holders.is_empty();
-        status.queue = rest.into_iter().map(|(_, h)| h).collect();
+        status.queue = rest;
         status
     }
 
@@ -618,7 +619,9 @@ struct Queue {
     /// The key's node.
     parent: String,
     /// Its contenders, first holder first.
-    entries: Vec<(Entry, Holder)>,
+    entries: Vec<Entry>,
+    /// What each of `entries` says of its holder (or waiter).
+    holders: Vec<Holder>,
     /// Its children that are not lock nodes (another recipe's).
     others: Vec<Holder>,
 }
@@ -760,9 +763,9 @@ impl Backend for ZkBackend {
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
         let (queue, kept) = self.admin(async |client| {
             let queue = self.queue_of(client, key).await?;
-            let kinds: Vec<Entry> = queue.entries.iter().map(|(e, _)| e.clone()).collect();
             let mut kept = Vec::new();
-            for (e, h) in &queue.entries[..holding(&kinds)] {
+            let held = holding(&queue.entries);
+            for (e, h) in queue.entries[..held].iter().zip(&queue.holders) {
                 if h.foreign.is_some() {
                     kept.push(e.name.clone());
                     continue;
