@@ -34,6 +34,7 @@ pub use app::main;
 #[doc(hidden)]
 pub mod internals {
     pub use crate::backend::mysql::lock_name as mysql_lock_name;
+    pub use crate::backend::mysql::slot_prefix as mysql_slot_prefix;
     pub use crate::backend::{Lease, RenewError};
     pub use crate::clock::BootInstant;
     pub use crate::config::Key;

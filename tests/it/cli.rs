@@ -25,10 +25,6 @@ const BAD: &[(&[&str], &str)] = &[
         "--shared",
     ),
     (
-        &["run", "-b", "mysql", "-k", "a", "--shared", "--", "true"],
-        "not supported",
-    ),
-    (
         &[
             "run", "-b", "mysql", "-k", "a", "--limit", "33", "--", "true",
         ],

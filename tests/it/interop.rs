@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::servers::{Zookeeper, required, shared_zookeeper};
 use crate::util::*;
@@ -401,7 +401,7 @@ fn mysql_get_lock_of_an_application_is_dlocks_lock() {
         "the application's GET_LOCK",
         || b.status(&key)["held"] == true,
     );
-    for mode in [&[][..], &["--limit", "2"]] {
+    for mode in [&[][..], &["--shared"], &["--limit", "2"]] {
         let extra = [mode, &["--no-wait"]].concat();
         let out = run_code(&mut b.run(&key, &extra, &["true"]), 75);
         assert!(
@@ -416,12 +416,57 @@ fn mysql_get_lock_of_an_application_is_dlocks_lock() {
         s["holders"][0]["foreign"], "GET_LOCK by an application",
         "{s}"
     );
-    let waiter = Proc::spawn(&mut b.run(&key, &["--limit", "2", "--wait", "30s"], &["true"]));
-    crate::conformance::wait_until_waiting(&b, &key, 1);
+    let waiters: Vec<Proc> = [&["--limit", "2"][..], &["--shared"]]
+        .iter()
+        .map(|mode| {
+            Proc::spawn(&mut b.run(&key, &[mode, &["--wait", "30s"][..]].concat(), &["true"]))
+        })
+        .collect();
+    crate::conformance::wait_until_waiting(&b, &key, 2);
     app.close_stdin();
-    let (out, _) = waiter.wait(Duration::from_secs(30));
-    assert!(out.status.success(), "{}", describe(&out));
+    for waiter in waiters {
+        let (out, _) = waiter.wait(Duration::from_secs(30));
+        assert!(out.status.success(), "{}", describe(&out));
+    }
     app.wait(Duration::from_secs(10));
+}
+
+/// An application's `GET_LOCK` on the key's name does not see dlock's shared holders and
+/// semaphore slots (they hold names of their own), so it is granted beside them; dlock's keeper
+/// sees it at its second renewal and stops the command (79) rather than hold on beside it.
+#[test]
+fn mysql_get_lock_arriving_beside_shared_and_limit_holders_stops_them() {
+    let Some(m) = crate::servers::shared_mariadb() else {
+        return;
+    };
+    let b = TestBackend {
+        ttl: Duration::from_millis(1500),
+        ..TestBackend::mysql(&m.url())
+    };
+    for mode in [&["--shared"][..], &["--limit", "2"]] {
+        let key = unique_key("app-beside");
+        let name = b.status(&key)["server_name"].as_str().unwrap().to_string();
+        let (holder, _) = b.hold(&key, mode);
+        let mut app = Proc::spawn(&mut m.client());
+        let sql = format!("SELECT GET_LOCK('{name}', 60);\n");
+        std::io::Write::write_all(app.child.stdin.as_mut().unwrap(), sql.as_bytes()).unwrap();
+        let granted = Instant::now();
+        let (out, _) = holder.wait(Duration::from_secs(10));
+        assert_eq!(out.status.code(), Some(79), "{mode:?}: {}", describe(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("an application's lock"),
+            "{mode:?}: {}",
+            describe(&out)
+        );
+        // Two renewals, ttl/3 apart, after the application came.
+        assert!(
+            granted.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            granted.elapsed()
+        );
+        app.close_stdin();
+        app.wait(Duration::from_secs(10));
+    }
 }
 
 /// The psql snippet of docs/interop.md: `pg_advisory_lock` on dlock's advisory key.

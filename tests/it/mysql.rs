@@ -194,3 +194,64 @@ fn fault_server_killed_and_restarted() {
     let b = TestBackend::mysql(&m.url());
     crate::faults::server_killed_and_restarted(&b, &mut || m.restart_after(Duration::ZERO));
 }
+
+/// `--shared` (GET_LOCK has none): a shared holder killed with `kill -9` lets the exclusive run
+/// that waits for it in at once (its connection closes, and the server wakes the waiter); an
+/// exclusive run interrupted while it waits for shared holders gives the key back at once (a
+/// new shared run gets in); the records of shared holders that are gone do not pile up.
+#[test]
+fn shared_holders_gone_or_writer_interrupted_leave_nothing_behind() {
+    let Some(m) = shared_mariadb() else { return };
+    let b = TestBackend::mysql(&m.url());
+    let key = unique_key("shared-gone");
+    let dir = scratch("shared-gone");
+    let (reader, _) = b.hold(&key, &["--shared"]);
+    let ran = dir.join("ran");
+    let writer = Proc::spawn(&mut b.run(
+        &key,
+        &["--wait", "30s"],
+        &sh(&format!("touch {}", ran.display())),
+    ));
+    crate::conformance::wait_until_waiting(&b, &key, 1);
+    let st = b.status(&key);
+    assert_eq!(st["mode"], "shared", "{st}");
+    assert_eq!(st["holders"].as_array().unwrap().len(), 1, "{st}");
+    assert!(!ran.exists());
+    reader.signal(libc::SIGKILL);
+    let killed = Instant::now();
+    reader.wait(Duration::from_secs(5));
+    let (out, _) = writer.wait(Duration::from_secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(ran.exists());
+    assert!(
+        killed.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        killed.elapsed()
+    );
+
+    // A writer interrupted while it waits for a shared holder.
+    let mut reader = b.holding(&key, &["--shared"], &dir.join("reader"));
+    let writer = Proc::spawn(&mut b.run(&key, &["--wait", "30s"], &["true"]));
+    crate::conformance::wait_until_waiting(&b, &key, 1);
+    let second = Proc::spawn(&mut b.run(&key, &["--shared", "--wait", "30s"], &["true"]));
+    crate::conformance::wait_until_waiting(&b, &key, 2);
+    writer.signal(libc::SIGINT);
+    let (out, _) = writer.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    let (out, _) = second.wait(Duration::from_secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+    reader.close_stdin();
+    reader.wait(Duration::from_secs(10));
+    assert!(b.is_free(&key));
+
+    // Each shared run leaves a record; the next one removes those of holders that are gone.
+    for _ in 0..4 {
+        run_ok(&mut b.run(&key, &["--shared"], &["true"]));
+    }
+    let prefix =
+        dlock_cli::internals::mysql_slot_prefix(&dlock_cli::internals::Key::new(&key).unwrap());
+    let rows = m.sql(&format!(
+        "SELECT COUNT(*) FROM dlock.dlock_locks WHERE name LIKE '{prefix}r%'"
+    ));
+    assert_eq!(rows.trim(), "1", "shared holders' records");
+}

@@ -103,6 +103,7 @@ impl TestBackend {
     /// MySQL/MariaDB at `url`.
     pub(crate) fn mysql(url: &str) -> TestBackend {
         TestBackend {
+            shared: true,
             limit: true,
             ..TestBackend::server("mysql", url)
         }

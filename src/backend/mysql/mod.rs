@@ -19,9 +19,16 @@
 //!   (the server waits), and the one at the front waits on every slot at once, one connection
 //!   per slot (GET_LOCK waits for one name only). One counter row gives the semaphore's fencing
 //!   tokens; a holder of the key in another mode (another N, or the exclusive lock) is reported.
-//! - `--shared` is refused: GET_LOCK has no shared mode, and emulating one (a reader count in a
-//!   table) would outlive dead readers or need polling.
+//! - `--shared`: GET_LOCK has no shared mode. A shared holder takes the key's lock, then a lock
+//!   of its own (`dlock#<hash>#r<connection id>`) and a record of it, and lets the key's lock go;
+//!   an exclusive run keeps the key's lock from the moment it asks (so no shared holder comes in
+//!   past it) and waits, in GET_LOCK on each one's name, for the recorded shared holders to leave.
+//!   Every lock is still a connection's, so a dead holder frees it at once; nothing is polled.
+//!   (Rejected: InnoDB row locks `FOR SHARE`/`FOR UPDATE` — a transaction open for the whole
+//!   run, in which the holder record and fence cannot be written without serializing readers
+//!   or a second connection; see docs/backends.md.)
 
+mod shared;
 mod slots;
 mod tls;
 
@@ -38,6 +45,7 @@ use crate::config::{BackendKind, Key, redact};
 use crate::exit::{Interrupted, Unavailable, Usage};
 use crate::signals::HardStop;
 
+use self::shared::{Reader, SHARED_RECORD};
 use self::tls::split_tls_params;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -86,7 +94,7 @@ const MAX_LIMIT: u32 = 32;
 /// A semaphore's names share a prefix: `dlock#` + 40 hex digits of the key's SHA-256 + `#`. The
 /// prefix itself names its fencing counter row, `<prefix>gate` the lock its waiters queue on,
 /// `<prefix><i>` slot i. `#` appears in no [`lock_name`].
-pub(crate) fn slot_prefix(key: &Key) -> String {
+pub fn slot_prefix(key: &Key) -> String {
     let digest = Sha256::digest(key.as_str().as_bytes());
     let hex: String = digest.iter().take(20).map(|b| format!("{b:02x}")).collect();
     format!("dlock#{hex}#")
@@ -111,7 +119,15 @@ fn conflict_sql(key: &Key, mode: Mode) -> String {
                    '{{\"mode\":\"exclusive\"}}', '{{\"foreign\":\"GET_LOCK by an application\"}}')))",
             base = hex(&lock_name(key))
         ),
-        _ => format!("(SELECT holder {live_slots} LIMIT 1)"),
+        // The run holds the key's own lock, so only semaphore slots and shared holders can be
+        // in its way. An exclusive run waits for shared holders (see `drain_readers`); any other
+        // mode is a mismatch, listed first.
+        Mode::Exclusive => {
+            format!("(SELECT holder {live_slots} ORDER BY holder LIKE '{SHARED_RECORD}' LIMIT 1)")
+        }
+        Mode::Shared => {
+            format!("(SELECT holder {live_slots} AND holder NOT LIKE '{SHARED_RECORD}' LIMIT 1)")
+        }
     }
 }
 
@@ -281,11 +297,14 @@ impl MysqlBackend {
     }
 
     /// Records the new holder and bumps the fence, on the lock's own connection, in one round
-    /// trip. The fence lives in the row `counter` (the lock's own row, or a semaphore's shared
-    /// counter row); the first token of a counter is the server clock in microseconds (as for the
-    /// other backends). `conflict` is an SQL expression giving the metadata of a holder of the
-    /// key in another mode, or NULL. Returns the token, that conflicting holder, and the
-    /// server's uptime in seconds ([`UPTIME`], in the same row).
+    /// trip. The fence lives in the row `counter` (the lock's own row, or the key's counter for
+    /// a semaphore slot or a shared holder); the first token of a counter is the server clock in
+    /// microseconds (as for the other backends). `conflict` is an SQL expression giving the
+    /// metadata of a holder of the key in another mode, or NULL. A shared holder (`reader`)
+    /// also deletes the records of shared holders that are gone, and lets the key's lock go —
+    /// after its record is committed, so that an exclusive run that takes the key's lock next
+    /// sees it. Returns the token, that conflicting holder, and the server's uptime in seconds
+    /// ([`UPTIME`], in the same row).
     fn record(
         &self,
         con: &mut Conn,
@@ -293,6 +312,7 @@ impl MysqlBackend {
         counter: &str,
         holder: &Holder,
         conflict: &str,
+        reader: Option<&Reader>,
     ) -> anyhow::Result<(u64, Option<Holder>, u64)> {
         let meta = serde_json::to_string(holder)?;
         // Text protocol: the values are hex literals, so nothing needs escaping.
@@ -308,14 +328,27 @@ impl MysqlBackend {
                 m = hex(&meta)
             )
         } else {
+            let (inside, after) = match reader {
+                Some(r) => (
+                    format!(
+                        "DELETE FROM {TABLE} WHERE name LIKE '{}%' AND IS_USED_LOCK(name) IS NULL; ",
+                        r.pattern
+                    ),
+                    format!("DO RELEASE_LOCK(X'{}'); ", hex(&r.main)),
+                ),
+                None => (String::new(), String::new()),
+            };
+            // One transaction: one log flush instead of two or three.
             format!(
-                "INSERT INTO {TABLE} (name, fence, holder, connection_id) \
+                "BEGIN; \
+                 INSERT INTO {TABLE} (name, fence, holder, connection_id) \
                  VALUES (X'{c}', {seed}, '', 0) ON DUPLICATE KEY UPDATE fence = fence + 1; \
                  SELECT fence INTO @dlock_fence FROM {TABLE} WHERE name = X'{c}'; \
                  INSERT INTO {TABLE} (name, fence, holder, connection_id) \
                  VALUES (X'{n}', @dlock_fence, CONVERT(X'{m}' USING utf8mb4), CONNECTION_ID()) \
                  ON DUPLICATE KEY UPDATE fence = @dlock_fence, holder = VALUES(holder), \
                  connection_id = VALUES(connection_id); \
+                 {inside}COMMIT; {after}\
                  SELECT @dlock_fence, {conflict}, {UPTIME}",
                 c = hex(counter),
                 n = hex(name),
@@ -460,11 +493,6 @@ impl Backend for MysqlBackend {
 
     fn unsupported(&self, mode: Mode) -> Option<String> {
         match mode {
-            Mode::Shared => Some(
-                "shared locks are not supported by the mysql backend (GET_LOCK is exclusive only); \
-                 use redis, zookeeper or file"
-                    .into(),
-            ),
             Mode::Limit(n) if n > MAX_LIMIT => Some(format!(
                 "--limit {n} is too large for the mysql backend (at most {MAX_LIMIT}: a waiter \
                  waits on every slot, with one connection each)"
@@ -474,8 +502,10 @@ impl Backend for MysqlBackend {
     }
 
     fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
-        if let Mode::Limit(n) = req.mode {
-            return self.acquire_slot(req, n);
+        match req.mode {
+            Mode::Limit(n) => return self.acquire_slot(req, n),
+            Mode::Shared => return self.acquire_shared(req),
+            Mode::Exclusive => {}
         }
         let name = lock_name(req.key);
         let (con, sent) = self.get_lock(&name, req)?;
@@ -506,20 +536,31 @@ impl Backend for MysqlBackend {
             server_name: Some(name.clone()),
             ..Status::new(key, self.kind(), location)
         };
-        if let Some(id) = holder_id {
-            let h = self.holder_of(&mut con, &name, id);
-            status.notes.push(format!("held by connection {id}"));
-            status.holders.push(h);
-        }
-        // A semaphore's slot holders, and the one waiter at the front (waiting on every slot).
+        // A semaphore's slot holders or the shared holders, and the one waiter at the front
+        // (waiting on every slot, or for the shared holders to leave).
         let prefix = slot_prefix(key);
+        let mut shared = false;
         for (fence, meta, id) in self.slot_holders(&mut con, &prefix) {
             let mut h: Holder = serde_json::from_str(&meta).unwrap_or_default();
             h.fencing_token = Some(fence);
             status.limit = h.mode.and_then(Mode::limit);
-            status.notes.push(format!("slot held by connection {id}"));
+            shared |= h.mode == Some(Mode::Shared);
+            let what = if shared { "shared lock" } else { "slot" };
+            status.notes.push(format!("{what} held by connection {id}"));
             status.holders.push(h);
             status.held = true;
+        }
+        if let Some(id) = holder_id {
+            let h = self.holder_of(&mut con, &name, id);
+            if shared && h.foreign.is_none() {
+                // An exclusive run holds the key's name while the shared holders leave.
+                status.notes.push(format!(
+                    "connection {id} (exclusive) waits for the shared holders to leave"
+                ));
+            } else {
+                status.notes.push(format!("held by connection {id}"));
+                status.holders.insert(0, h);
+            }
         }
         let count = |con: &mut Conn, name: &str| -> u64 {
             con.exec_first(
@@ -583,18 +624,37 @@ impl MysqlBackend {
         sent: BootInstant,
     ) -> anyhow::Result<Box<dyn Lease>> {
         let conflict = conflict_sql(req.key, req.mode);
-        let (fence, theirs, uptime) =
-            self.record(&mut con, &name, counter, req.holder, &conflict)?;
-        if let Some(h) = theirs {
-            return Err(mismatch(req, &h));
+        let reader = (req.mode == Mode::Shared).then(|| Reader {
+            main: counter.to_string(),
+            pattern: format!("{}r", slot_prefix(req.key)),
+        });
+        let (fence, theirs, uptime) = self.record(
+            &mut con,
+            &name,
+            counter,
+            req.holder,
+            &conflict,
+            reader.as_ref(),
+        )?;
+        let mut acquired_at = sent;
+        match theirs {
+            Some(h) if req.mode == Mode::Exclusive && h.mode == Some(Mode::Shared) => {
+                acquired_at = self.drain_readers(&mut con, req, &h)?;
+            }
+            Some(h) => return Err(mismatch(req, &h)),
+            None => {}
         }
         Ok(Box::new(MysqlLease {
             con: Some(con),
             name,
+            // Shared holders and semaphore slots are invisible to an application's GET_LOCK
+            // on the key's name: the keeper watches that name.
+            watch: (req.mode != Mode::Exclusive).then(|| lock_name(req.key)),
+            intruder: None,
             addr: self.addr.clone(),
             ttl: req.ttl,
             fence,
-            acquired_at: sent,
+            acquired_at,
             held_back_until: super::hold_back_until(uptime, req.ttl),
         }))
     }
@@ -625,7 +685,6 @@ impl MysqlBackend {
         // One connection for the whole wait (a failed GET_LOCK leaves it usable); its read
         // timeout outlasts the longest server-side wait.
         let mut con = self.connect(MAX_SLICE + COMMAND_TIMEOUT)?;
-        let id = con.connection_id();
         let mut sent = BootInstant::now();
         // First a try without waiting, in the same round trip as the session's wait_timeout (a
         // dead client host keeps its lock until the server drops the idle connection, 8 h by
@@ -657,40 +716,54 @@ impl MysqlBackend {
                 }
                 told_holder = true;
             }
-            // Waiting: a signal must be able to end the wait, from another connection.
-            let opts = self.clone_for_waker();
-            let blocked = crate::signals::Blocked::new();
-            let killer = std::sync::Mutex::new(None::<Conn>);
-            let _guard = req.interrupt.on_fire(blocked.waker(move || {
-                // Runs on the signal watcher thread while this thread waits in GET_LOCK.
-                let mut c = killer.lock().unwrap_or_else(|e| e.into_inner());
-                if c.is_none() {
-                    *c = Conn::new(opts.clone()).ok();
-                }
-                if let Some(c) = c.as_mut() {
-                    let _ = c.query_drop(format!("KILL QUERY {id}"));
-                }
-            }))?;
-            if let Some(sig) = req.interrupt.fired() {
-                blocked.done();
-                return Err(Interrupted(sig).into());
-            }
-            sent = BootInstant::now();
-            // NULL when the wait was killed (KILL QUERY), hence Option<Option<_>>.
-            got = last_value(
-                &mut con,
-                &format!(
-                    "SELECT GET_LOCK(X'{}', {:.3})",
-                    hex(name),
-                    slice.as_secs_f64()
-                ),
-            );
-            blocked.done();
-            if let Some(sig) = req.interrupt.fired() {
-                drop(con); // closing releases anything granted meanwhile
-                return Err(Interrupted(sig).into());
-            }
+            // `?`: on a signal `con` is dropped, which releases anything granted meanwhile.
+            (got, sent) = self.wait_slice(&mut con, name, slice, req)?;
         }
+    }
+
+    /// One wait in the server for lock `name` on `con`, at most `slice` long: GET_LOCK's answer
+    /// (NULL when the wait was killed) and when it was sent. A signal kills the wait from a
+    /// second connection (`KILL QUERY`) and makes this [`Interrupted`]; the caller then drops
+    /// `con`, which releases anything granted in the meantime.
+    fn wait_slice(
+        &self,
+        con: &mut Conn,
+        name: &str,
+        slice: Duration,
+        req: &Request<'_>,
+    ) -> anyhow::Result<(mysql::Result<Option<Option<i64>>>, BootInstant)> {
+        let id = con.connection_id();
+        let opts = self.clone_for_waker();
+        let blocked = crate::signals::Blocked::new();
+        let killer = std::sync::Mutex::new(None::<Conn>);
+        let _guard = req.interrupt.on_fire(blocked.waker(move || {
+            // Runs on the signal watcher thread while this thread waits in GET_LOCK.
+            let mut c = killer.lock().unwrap_or_else(|e| e.into_inner());
+            if c.is_none() {
+                *c = Conn::new(opts.clone()).ok();
+            }
+            if let Some(c) = c.as_mut() {
+                let _ = c.query_drop(format!("KILL QUERY {id}"));
+            }
+        }))?;
+        if let Some(sig) = req.interrupt.fired() {
+            blocked.done();
+            return Err(Interrupted(sig).into());
+        }
+        let sent = BootInstant::now();
+        let got = last_value(
+            con,
+            &format!(
+                "SELECT GET_LOCK(X'{}', {:.3})",
+                hex(name),
+                slice.as_secs_f64()
+            ),
+        );
+        blocked.done();
+        if let Some(sig) = req.interrupt.fired() {
+            return Err(Interrupted(sig).into());
+        }
+        Ok((got, sent))
     }
 
     fn clone_for_waker(&self) -> Opts {
@@ -706,6 +779,11 @@ impl MysqlBackend {
 struct MysqlLease {
     con: Option<Conn>,
     name: String,
+    /// For a shared holder or a semaphore slot: the key's own lock name, which an application's
+    /// GET_LOCK takes without seeing them.
+    watch: Option<String>,
+    /// The connection seen holding `watch` without a dlock record at the last renewal.
+    intruder: Option<u64>,
     addr: String,
     ttl: Duration,
     fence: u64,
@@ -734,10 +812,37 @@ impl Lease for MysqlLease {
         let Some(con) = self.con.as_mut() else {
             return Err(RenewError::Lost("the lock's connection is gone".into()));
         };
-        let mine: mysql::Result<Option<Option<i64>>> =
-            con.exec_first("SELECT IS_USED_LOCK(?) = CONNECTION_ID()", (&self.name,));
+        // The watched name's holder, unless it is a dlock exclusive run (its record names its
+        // connection) or nobody.
+        let intruder = match &self.watch {
+            Some(main) => format!(
+                "IF(EXISTS(SELECT 1 FROM {TABLE} WHERE name = X'{m}' \
+                 AND connection_id = IS_USED_LOCK(X'{m}')), NULL, IS_USED_LOCK(X'{m}'))",
+                m = hex(main)
+            ),
+            None => "NULL".into(),
+        };
+        let mine: mysql::Result<Option<(Option<i64>, Option<u64>)>> = con.query_first(format!(
+            "SELECT IS_USED_LOCK(X'{}') = CONNECTION_ID(), {intruder}",
+            hex(&self.name)
+        ));
         match mine {
-            Ok(Some(Some(1))) => Ok(()),
+            Ok(Some((Some(1), intruder))) => {
+                // A shared holder registering holds the key's name for a moment without a
+                // record; one that holds it over two renewals (ttl/3 apart) is an application.
+                if let (Some(id), Some(main)) = (intruder, &self.watch) {
+                    if self.intruder == Some(id) {
+                        return Err(RenewError::Lost(format!(
+                            "{}: connection {id} holds {main} with GET_LOCK without a dlock record \
+                             (an application's lock); it does not see dlock's --shared and \
+                             --limit holders, so it holds too",
+                            self.addr
+                        )));
+                    }
+                }
+                self.intruder = intruder;
+                Ok(())
+            }
             Ok(_) => Err(RenewError::Lost(format!(
                 "{}: lock {} is no longer held by this connection",
                 self.addr, self.name
