@@ -512,12 +512,71 @@ fn redis_py_snippet_of_the_docs_shares_dlocks_lock() {
     let key = unique_key("app-redis");
     let dir = scratch("app-redis");
     std::fs::write(dir.join("redis_lock.py"), snippet("redis-py")).unwrap();
-    app_counter_is_exact(&b, &key, "app-redis", 3, |step| {
+    let app = |key: &str, args: &[&str]| {
         let mut app = Command::new(python);
-        app.arg(dir.join("redis_lock.py")).args([&key, "sh", step]);
+        app.arg(dir.join("redis_lock.py")).arg(key).args(args);
         app.env("REDIS_URL", &url);
         app
-    });
+    };
+    app_counter_is_exact(&b, &key, "app-redis", 3, |step| app(&key, &["sh", step]));
+
+    // redis-py holds: every dlock mode waits (75 with --no-wait, never a mode mismatch), and a
+    // waiting one gets in once it lets go.
+    let inside = dir.join("inside");
+    let holder = Proc::spawn(&mut app(
+        &key,
+        &["sh", "-c", &format!("touch {}; sleep 1", inside.display())],
+    ));
+    let waited = Instant::now();
+    while !inside.exists() {
+        if waited.elapsed() > Duration::from_secs(10) {
+            // Say who held the key, and what redis-py printed.
+            let st = b.status(&key);
+            let (out, _) = holder.wait(Duration::from_secs(90));
+            panic!(
+                "redis-py never got the lock; status: {st}; {}",
+                describe(&out)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for mode in [&[][..], &["--shared"], &["--limit", "2"]] {
+        let out = run_code(
+            &mut b.run(&key, &[mode, &["--no-wait"]].concat(), &["true"]),
+            75,
+        );
+        one_error_line(&out);
+    }
+    run_ok(&mut b.run(&key, &["--limit", "2", "--wait", "30s"], &["true"]));
+    let (out, _) = holder.wait(Duration::from_secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+
+    // redis-py arrives while dlock's shared or --limit holder holds: it does not see them and
+    // takes the key, so dlock stops its command at its next renewal (ttl/3).
+    let b = TestBackend {
+        ttl: Duration::from_millis(1500),
+        ..b
+    };
+    for mode in [&["--shared"][..], &["--limit", "2"]] {
+        // A key each: a holder that lost its lock leaves its entry to expire.
+        let key = unique_key("app-redis-beside");
+        let (dlock, _) = b.hold(&key, mode);
+        let taken = Instant::now();
+        let out = app(&key, &["sleep", "1"]).output().unwrap();
+        assert!(out.status.success(), "{}", describe(&out));
+        let (out, _) = dlock.wait(Duration::from_secs(10));
+        assert_eq!(out.status.code(), Some(79), "{mode:?}: {}", describe(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("not dlock"),
+            "{}",
+            describe(&out)
+        );
+        assert!(
+            taken.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            taken.elapsed()
+        );
+    }
 }
 
 /// dlock's shared and semaphore nodes are contenders for Curator's mutex and for kazoo with

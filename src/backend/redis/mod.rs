@@ -340,7 +340,8 @@ pub(super) fn acquire_script(
                 .key(&keys.waiters)
                 .key(&keys.holders)
                 .key(&keys.wwait)
-                .key(&keys.signal);
+                .key(&keys.signal)
+                .key(&keys.owner);
             inv
         }
     };
@@ -673,7 +674,9 @@ impl Lease for RedisLease {
             inv
         } else {
             let mut inv = script(&RN_SHARED, RENEW_SHARED).prepare_invoke();
-            inv.key(&self.keys.holders).key(&self.keys.hmeta);
+            inv.key(&self.keys.holders)
+                .key(&self.keys.hmeta)
+                .key(&self.keys.lock);
             inv
         };
         inv.arg(&self.token).arg(self.ttl.as_millis() as u64);
@@ -682,6 +685,12 @@ impl Lease for RedisLease {
         let reply: redis::RedisResult<i64> = inv.invoke(con);
         match reply {
             Ok(1) => Ok(()),
+            Ok(-1) => Err(RenewError::Lost(format!(
+                "{addr}: a client that is not dlock (a redis-py Lock?) set {} while this {} \
+                 holder held; it does not see dlock's shared and --limit holders, so it holds too",
+                crate::report::clean(&self.keys.lock, crate::report::MAX_FIELD),
+                self.mode.describe()
+            ))),
             Ok(_) => Err(RenewError::Lost(format!(
                 "the lock key on {addr} expired or was deleted (dlock break?) or taken over"
             ))),

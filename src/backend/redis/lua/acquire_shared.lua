@@ -1,11 +1,13 @@
 -- Shared lock (ARGV[5] = 0) or semaphore slot (ARGV[5] = n).
--- KEYS: lock, fence, hmeta, waiters, holders, wwait, signal
+-- KEYS: lock, fence, hmeta, waiters, holders, wwait, signal, owner
 -- ARGV: token, ttl ms, holder metadata, wait slice ms, n, wake-up ttl ms
 -- Purges expired holders, then enters `holders` (token -> lease end on the server's clock)
 -- when no exclusive holder holds and, for a shared lock, no exclusive run waits (writer
 -- preference), or for a semaphore when fewer than n hold. A shared holder that enters passes
 -- the wake-up on (the next waiter may be a reader too). Replies as acquire.lua; {-1, m} when
--- the holders use another mode (m = 0 shared, -1 exclusive, else their n).
+-- the holders use another mode (m = 0 shared, -1 exclusive, else their n). The lock key held
+-- without dlock's owner record (an application's lock on the same key) is a holder to wait for,
+-- never another mode.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
@@ -23,7 +25,9 @@ local mode = redis.call('HGET', KEYS[3], '~mode')
 if mode and tonumber(mode) ~= n then return {-1, tonumber(mode)} end
 local busy
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  if n > 0 then return {-1, -1} end
+  if n > 0 and redis.call('HGET', KEYS[8], 'token') == redis.call('GET', KEYS[1]) then
+    return {-1, -1}
+  end
   busy = true
 elseif n > 0 then
   busy = count >= n
