@@ -10,6 +10,7 @@ pub(crate) mod file;
 #[cfg(test)]
 pub(crate) mod memory;
 pub(crate) mod mysql;
+pub(crate) mod net;
 pub(crate) mod postgres;
 pub(crate) mod redis;
 pub(crate) mod redlock;
@@ -341,7 +342,15 @@ pub(crate) fn hold_back_until(uptime_s: u64, ttl: Duration) -> Option<BootInstan
 /// How long after a restart a server's locks are held back: the TTL rounded up to whole
 /// seconds, plus one (see [`hold_back_until`]).
 pub(crate) fn hold_back_span(ttl: Duration) -> Duration {
-    Duration::from_secs(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0) + 1)
+    Duration::from_secs(ttl_secs_up(ttl) + 1)
+}
+
+/// `--ttl` in whole seconds, rounded *up* (at least 1): what a server-side timeout or lease
+/// counted in seconds must be so that it never ends before the client's lease. (Rounded down,
+/// MySQL's `wait_timeout` of 1 s for `--ttl 1900ms` freed a cut-off holder's lock while its
+/// command ran on.)
+pub(crate) fn ttl_secs_up(ttl: Duration) -> u64 {
+    (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
 }
 
 /// How many candidate keys `dlock status` without `--key` looks at, at most.

@@ -67,7 +67,7 @@ fn max_slice(ttl: Duration) -> Duration {
 /// client's lease deadline is `ttl` (less a margin) after it sent one. Rounded down, a `--ttl
 /// 1900ms` gave 1 s, and a partitioned holder's lock went to a waiter while its command ran on.
 fn wait_timeout_secs(ttl: Duration) -> u64 {
-    (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
+    super::ttl_secs_up(ttl)
 }
 
 const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/dlock";

@@ -418,11 +418,7 @@ impl PgBackend {
     }
 }
 
-/// `--ttl` as whole seconds, rounded up (at least 1): what a server-side timeout must be so that
-/// it never ends before the client's lease.
-fn ttl_secs(ttl: Duration) -> u64 {
-    (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
-}
+use super::ttl_secs_up as ttl_secs;
 
 /// A string literal for SQL (standard strings: only `'` needs doubling).
 fn literal(s: &str) -> String {

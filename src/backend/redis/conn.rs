@@ -8,119 +8,17 @@
 //! a forwarded signal ends the wait at once (see [`crate::signals::interrupts_network_waits`]).
 //! Every failure is an I/O error to redis-rs, so the callers' error handling is unchanged.
 
-use std::io::{self, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
-use std::sync::Arc;
+use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisResult, Value};
+
+use crate::backend::net::Stream;
 
 /// The most a reply may hold. A lock reply is a few integers; the largest dlock reads is a
 /// `status` of a semaphore with its holders' records (each capped when written, see
 /// [`crate::report`]), well under this.
 pub(crate) const MAX_REPLY: usize = 4 << 20;
-
-/// The socket under the protocol: plain TCP, a Unix socket, or TLS over TCP.
-enum Stream {
-    Tcp(Guarded<TcpStream>),
-    Unix(Guarded<UnixStream>),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, Guarded<TcpStream>>>),
-}
-
-impl Stream {
-    fn guard(&mut self) -> &mut Limits {
-        match self {
-            Stream::Tcp(g) => &mut g.limits,
-            Stream::Unix(g) => &mut g.limits,
-            Stream::Tls(t) => &mut t.sock.limits,
-        }
-    }
-}
-
-/// What bounds one request.
-struct Limits {
-    /// When the current request must be done.
-    deadline: Instant,
-    /// Bytes the current reply may still take.
-    budget: usize,
-}
-
-/// A socket whose reads and writes wait at most until [`Limits::deadline`] and read at most
-/// [`Limits::budget`] bytes.
-struct Guarded<S> {
-    sock: S,
-    limits: Limits,
-}
-
-impl<S: AsFd> Guarded<S> {
-    fn new(sock: S, deadline: Instant) -> Guarded<S> {
-        Guarded {
-            sock,
-            limits: Limits {
-                deadline,
-                budget: MAX_REPLY,
-            },
-        }
-    }
-
-    /// Waits until the socket is ready for `events`, the deadline passes, or (on the main
-    /// thread) a forwarded signal arrives.
-    fn ready(&self, events: i16) -> io::Result<()> {
-        let signals = crate::signals::interrupts_network_waits();
-        loop {
-            let left = self
-                .limits
-                .deadline
-                .saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the server did not answer in time",
-                ));
-            }
-            let (ready, signalled) =
-                crate::sys::poll_ready(self.sock.as_fd(), events, signals, left)?;
-            if signalled && crate::signals::take_for_network_wait() {
-                return Err(io::Error::new(
-                    io::ErrorKind::Interrupted,
-                    "interrupted by a signal",
-                ));
-            }
-            if ready {
-                return Ok(());
-            }
-        }
-    }
-}
-
-impl<S: AsFd + Read> Read for Guarded<S> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.limits.budget == 0 {
-            return Err(io::Error::other(format!(
-                "the server's reply is larger than {} MiB; a lock reply is small",
-                MAX_REPLY >> 20
-            )));
-        }
-        self.ready(libc::POLLIN)?;
-        let want = buf.len().min(self.limits.budget);
-        let n = self.sock.read(&mut buf[..want])?;
-        self.limits.budget -= n;
-        Ok(n)
-    }
-}
-
-impl<S: AsFd + Write> Write for Guarded<S> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.ready(libc::POLLOUT)?;
-        self.sock.write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.sock.flush()
-    }
-}
 
 /// One connection to one Redis server.
 pub(crate) struct Connection {
@@ -144,7 +42,7 @@ impl Connection {
         let deadline = Instant::now() + connect;
         let stream = match info.addr() {
             ConnectionAddr::Tcp(host, port) => {
-                Stream::Tcp(Guarded::new(tcp(host, *port, deadline)?, deadline))
+                Stream::tcp(host, *port, false, deadline, MAX_REPLY)?
             }
             ConnectionAddr::TcpTls {
                 host,
@@ -158,16 +56,9 @@ impl Connection {
                     )
                     .into());
                 }
-                let sock = Guarded::new(tcp(host, *port, deadline)?, deadline);
-                let name = rustls::pki_types::ServerName::try_from(host.clone())
-                    .map_err(|e| io::Error::other(format!("bad TLS server name '{host}': {e}")))?;
-                let tls =
-                    rustls::ClientConnection::new(tls_config()?, name).map_err(io::Error::other)?;
-                Stream::Tls(Box::new(rustls::StreamOwned::new(tls, sock)))
+                Stream::tcp(host, *port, true, deadline, MAX_REPLY)?
             }
-            ConnectionAddr::Unix(path) => {
-                Stream::Unix(Guarded::new(UnixStream::connect(path)?, deadline))
-            }
+            ConnectionAddr::Unix(path) => Stream::unix(path, deadline, MAX_REPLY)?,
             _ => return Err(io::Error::other("unsupported Redis address").into()),
         };
         let settings = info.redis_settings();
@@ -211,30 +102,16 @@ impl Connection {
                 io::Error::new(io::ErrorKind::NotConnected, "the connection broke before").into(),
             );
         }
-        let limits = self.stream.guard();
-        limits.deadline = deadline;
-        limits.budget = MAX_REPLY;
-        let result = self.exchange(cmd);
+        self.stream.bound(deadline, MAX_REPLY);
+        let result = send_and_read(&mut self.stream, &mut self.parser, cmd);
         if result.is_err() {
             self.open = false;
         }
         result
     }
-
-    fn exchange(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        match &mut self.stream {
-            Stream::Tcp(s) => send_and_read(s, &mut self.parser, cmd),
-            Stream::Unix(s) => send_and_read(s, &mut self.parser, cmd),
-            Stream::Tls(s) => send_and_read(s.as_mut(), &mut self.parser, cmd),
-        }
-    }
 }
 
-fn send_and_read(
-    s: &mut impl ReadWrite,
-    parser: &mut redis::Parser,
-    cmd: &[u8],
-) -> RedisResult<Value> {
+fn send_and_read(s: &mut Stream, parser: &mut redis::Parser, cmd: &[u8]) -> RedisResult<Value> {
     s.write_all(cmd)?;
     s.flush()?;
     loop {
@@ -244,9 +121,6 @@ fn send_and_read(
         }
     }
 }
-
-trait ReadWrite: Read + Write {}
-impl<T: Read + Write> ReadWrite for T {}
 
 impl ConnectionLike for Connection {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
@@ -264,13 +138,8 @@ impl ConnectionLike for Connection {
         let first = self.request_until(cmd, deadline)?;
         let mut replies = vec![first];
         for _ in 1..offset + count {
-            let limits = self.stream.guard();
-            limits.budget = MAX_REPLY;
-            match &mut self.stream {
-                Stream::Tcp(s) => replies.push(self.parser.parse_value(s)?),
-                Stream::Unix(s) => replies.push(self.parser.parse_value(s)?),
-                Stream::Tls(s) => replies.push(self.parser.parse_value(s.as_mut())?),
-            }
+            self.stream.guard().budget = MAX_REPLY;
+            replies.push(self.parser.parse_value(&mut self.stream)?);
         }
         Ok(replies.split_off(offset))
     }
@@ -286,45 +155,6 @@ impl ConnectionLike for Connection {
     fn is_open(&self) -> bool {
         self.open
     }
-}
-
-/// A TCP connection to the first address of `host` that accepts before `deadline`.
-fn tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream> {
-    let mut last = io::Error::new(io::ErrorKind::NotFound, format!("no address for {host}"));
-    for addr in (host, port).to_socket_addrs()? {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"));
-        }
-        match TcpStream::connect_timeout(&addr, left) {
-            Ok(s) => {
-                s.set_nodelay(true)?;
-                return Ok(s);
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
-/// The TLS client configuration: the system's trusted CAs (and `SSL_CERT_FILE`/`SSL_CERT_DIR`).
-fn tls_config() -> io::Result<Arc<rustls::ClientConfig>> {
-    static CONFIG: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>> =
-        std::sync::OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let roots = crate::backend::system_roots();
-            if roots.is_empty() {
-                return Err("no trusted CA certificates found (set SSL_CERT_FILE)".into());
-            }
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map(|b| Arc::new(b.with_root_certificates(roots).with_no_client_auth()))
-                .map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(io::Error::other)
 }
 
 impl std::fmt::Debug for Connection {
