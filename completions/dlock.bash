@@ -80,11 +80,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -138,11 +138,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -288,11 +288,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -358,11 +358,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)

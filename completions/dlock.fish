@@ -36,7 +36,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Loc
 redis\t'Redis (single instance, or Redlock with --url given 3, 5, ... times)'
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
-postgres\t'PostgreSQL (session advisory locks)'"
+postgres\t'PostgreSQL (session advisory locks)'
+etcd\t'etcd (the lock recipe of etcdctl lock)'"
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s k -l key -d 'The lock\'s name (1-256 bytes of UTF-8, no control characters); repeat to hold several locks at once (taken in one fixed order, so runs never deadlock)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Semaphore: up to N holders of KEY at once; every user of KEY must give the same N' -r
@@ -54,7 +55,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d '
 redis\t'Redis (single instance, or Redlock with --url given 3, 5, ... times)'
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
-postgres\t'PostgreSQL (session advisory locks)'"
+postgres\t'PostgreSQL (session advisory locks)'
+etcd\t'etcd (the lock recipe of etcdctl lock)'"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s k -l key -d 'The lock\'s name; without it, every lock held or waited for on the backend, one line each' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print one JSON object (key, backend, held, holders, ...); without --key, an array of them'
@@ -66,7 +68,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand break" -s b -l backend -d 'L
 redis\t'Redis (single instance, or Redlock with --url given 3, 5, ... times)'
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
-postgres\t'PostgreSQL (session advisory locks)'"
+postgres\t'PostgreSQL (session advisory locks)'
+etcd\t'etcd (the lock recipe of etcdctl lock)'"
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s k -l key -d 'The lock\'s name' -r
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s v -l verbose -d 'Log acquire, renew and release events with timings'
@@ -77,7 +80,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand bench" -s b -l backend -d 'L
 redis\t'Redis (single instance, or Redlock with --url given 3, 5, ... times)'
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
-postgres\t'PostgreSQL (session advisory locks)'"
+postgres\t'PostgreSQL (session advisory locks)'
+etcd\t'etcd (the lock recipe of etcdctl lock)'"
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -s c -l clients -d 'Contending clients (threads, each with its own connection) in the hand-off phase' -r
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -s d -l duration -d 'How long each phase runs [default: 3s]' -r

@@ -237,6 +237,8 @@ pub(crate) enum BackendName {
     /// PostgreSQL (session advisory locks)
     #[value(alias = "pg")]
     Postgres,
+    /// etcd (the lock recipe of etcdctl lock)
+    Etcd,
 }
 
 /// Diagnostics on stderr.

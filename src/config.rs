@@ -67,6 +67,8 @@ pub(crate) enum BackendKind {
     Mysql,
     /// PostgreSQL.
     Postgres,
+    /// etcd.
+    Etcd,
 }
 
 impl BackendKind {
@@ -78,6 +80,7 @@ impl BackendKind {
             BackendKind::Zookeeper => "zookeeper",
             BackendKind::Mysql => "mysql",
             BackendKind::Postgres => "postgres",
+            BackendKind::Etcd => "etcd",
         }
     }
 
@@ -89,6 +92,7 @@ impl BackendKind {
             "zk" | "zookeeper" => BackendKind::Zookeeper,
             "mysql" | "mariadb" => BackendKind::Mysql,
             "postgres" | "postgresql" => BackendKind::Postgres,
+            "etcd" | "etcds" => BackendKind::Etcd,
             _ => return None,
         })
     }
@@ -102,6 +106,7 @@ impl From<cli::BackendName> for BackendKind {
             cli::BackendName::Zookeeper => BackendKind::Zookeeper,
             cli::BackendName::Mysql => BackendKind::Mysql,
             cli::BackendName::Postgres => BackendKind::Postgres,
+            cli::BackendName::Etcd => BackendKind::Etcd,
         }
     }
 }

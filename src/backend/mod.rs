@@ -6,6 +6,7 @@
 //! ([`Busy`](crate::exit::Busy), [`Interrupted`](crate::exit::Interrupted)). A lease is then owned
 //! by the keeper thread, which renews it and reports its loss.
 
+pub(crate) mod etcd;
 pub(crate) mod file;
 #[cfg(test)]
 pub(crate) mod memory;
@@ -513,6 +514,7 @@ pub(crate) fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
         BackendKind::Mysql => Ok(Box::new(mysql::MysqlBackend::open(&target.urls)?)),
         BackendKind::Postgres => Ok(Box::new(postgres::PgBackend::open(&target.urls)?)),
         BackendKind::Zookeeper => Ok(Box::new(zookeeper::ZkBackend::open(&target.urls)?)),
+        BackendKind::Etcd => Ok(Box::new(etcd::EtcdBackend::open(&target.urls)?)),
     }
 }
 

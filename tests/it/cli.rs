@@ -70,8 +70,8 @@ const BAD: &[(&[&str], &str)] = &[
     ),
     (&["run", "-v", "-q", "-k", "x", "--", "true"], "--quiet"),
     (
-        &["run", "--backend", "etcd", "-k", "x", "--", "true"],
-        "etcd",
+        &["run", "--backend", "consul", "-k", "x", "--", "true"],
+        "consul",
     ),
     (
         &[

@@ -596,6 +596,7 @@ pub(crate) fn status_names_the_lock_as_the_server_knows_it(b: &TestBackend) {
         "zookeeper" => assert!(name.ends_with(&format!("/dlock/{key}")), "{s}"),
         "mysql" => assert_eq!(name, format!("dlock:{key}"), "{s}"),
         "postgres" => assert!(name.parse::<i64>().is_ok(), "{s}"),
+        "etcd" => assert_eq!(name, format!("dlock/{key}/"), "{s}"),
         other => panic!("no expectation for {other}"),
     }
     h.close_stdin();

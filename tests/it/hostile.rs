@@ -115,6 +115,9 @@ fn preamble(backend: &str, flood: bool) -> &'static [u8] {
         // request) of 256 bytes, or of 2 GiB - 1.
         ("postgres", false) => b"NR\x00\x00\x01\x00",
         ("postgres", true) => b"NR\x7f\xff\xff\xff",
+        // An HTTP reply (etcd's JSON gateway) whose body is 256 bytes to drip, or 2 GB.
+        ("etcd", false) => b"HTTP/1.1 200 OK\r\nContent-Length: 256\r\n\r\n",
+        ("etcd", true) => b"HTTP/1.1 200 OK\r\nContent-Length: 2000000000\r\n\r\n",
         _ => unreachable!(),
     }
 }
@@ -125,6 +128,7 @@ fn url(backend: &str, port: u16) -> String {
         "mysql" => format!("mysql://root@127.0.0.1:{port}/dlock"),
         "zookeeper" => format!("zk://127.0.0.1:{port}"),
         "postgres" => format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        "etcd" => format!("etcd://127.0.0.1:{port}"),
         _ => unreachable!(),
     }
 }
@@ -141,14 +145,14 @@ fn dlock_against(backend: &str, port: u16, extra: &[&str]) -> Command {
     cmd
 }
 
-const BACKENDS: [&str; 4] = ["redis", "mysql", "zookeeper", "postgres"];
+const BACKENDS: [&str; 5] = ["redis", "mysql", "zookeeper", "postgres", "etcd"];
 
 /// Each misbehaving server makes dlock fail on its own, in a bounded time, with exit 69 and
 /// one line saying what went wrong.
 #[test]
 fn misbehaving_servers_fail_within_a_bound() {
-    // The bound: Redis and ZooKeeper give a request 2 s after a 2 s connect; MySQL's backstop
-    // is 8 s for the handshake. A second of slack each.
+    // The bound: Redis and ZooKeeper give a request 2 s after a 2 s connect, etcd 3 s after
+    // 1 s; MySQL's backstop is 8 s for the handshake. A second of slack each.
     let cases = [("stall", false), ("drip", false), ("flood", true)];
     let mut threads = Vec::new();
     for backend in BACKENDS {

@@ -509,6 +509,31 @@ fn postgres_snippet_of_the_docs_shares_dlocks_lock() {
     });
 }
 
+/// The etcdctl snippet of docs/interop.md: `etcdctl lock dlock/KEY` is dlock's lock on etcd.
+#[test]
+fn etcdctl_snippet_of_the_docs_shares_dlocks_lock() {
+    let Some(e) = crate::servers::shared_etcd() else {
+        return;
+    };
+    let b = TestBackend::etcd(&e.url());
+    let key = unique_key("app-etcdctl");
+    let dir = scratch("app-etcdctl");
+    std::fs::write(dir.join("etcd_lock.sh"), snippet("etcdctl")).unwrap();
+    let ends = e
+        .ports()
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    app_counter_is_exact(&b, &key, "app-etcdctl", 5, |step| {
+        let mut app = Command::new("sh");
+        app.arg(dir.join("etcd_lock.sh"))
+            .args([&key, "sh", step])
+            .env("ETCDCTL_ENDPOINTS", &ends);
+        app
+    });
+}
+
 /// The redis-py snippet of docs/interop.md: redis-py's `Lock` on `dlock:{KEY}` is dlock's
 /// exclusive lock.
 #[test]

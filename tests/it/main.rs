@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod conformance;
+mod etcd;
 mod faults;
 mod file;
 mod generated;

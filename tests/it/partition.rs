@@ -322,3 +322,6 @@ partition_cases!(redlock, shared_redlock(), TestBackend::redlock);
 partition_cases!(postgres, shared_postgres().map(|p| vec![p.url()]), |u| {
     TestBackend::postgres(&u[0])
 });
+partition_cases!(etcd, shared_etcd().map(|e| vec![e.url()]), |u| {
+    TestBackend::etcd(&u[0])
+});

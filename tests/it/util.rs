@@ -100,6 +100,15 @@ impl TestBackend {
         }
     }
 
+    /// etcd at `url`.
+    pub(crate) fn etcd(url: &str) -> TestBackend {
+        TestBackend {
+            shared: true,
+            limit: true,
+            ..TestBackend::server("etcd", url)
+        }
+    }
+
     /// MySQL/MariaDB at `url`.
     pub(crate) fn mysql(url: &str) -> TestBackend {
         TestBackend {

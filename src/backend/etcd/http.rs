@@ -1,0 +1,550 @@
+//! etcd's JSON gateway (`POST /v3/...`, on the client port of every etcd since 3.3) over dlock's
+//! own sockets ([`crate::backend::net`]): HTTP/1.1 with keep-alive, one deadline per request, a
+//! bounded reply, and a forwarded signal ending any wait on the main thread. Bytes travel as
+//! base64 and 64-bit integers as decimal strings, as the gateway encodes them.
+//!
+//! Why not the `etcd-client` crate (gRPC over tonic): it compiles etcd's `.proto` files in its
+//! build script, so `cargo build` fails on a machine without `protoc`; and it is no faster here,
+//! since the server dominates (docs/design.md, "Dependencies").
+
+use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::backend::Reach;
+use crate::backend::net::Stream;
+
+/// The most one reply (or one watch message) may take: a status of a long queue of holder
+/// records stays well under it.
+const MAX_REPLY: usize = 4 << 20;
+/// Connecting to one endpoint (TCP and TLS handshake).
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// One unary request.
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// base64 of `bytes`.
+pub(super) fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The bytes a base64 field holds; empty for a missing or malformed one.
+pub(super) fn unb64(v: &Value) -> Vec<u8> {
+    v.as_str()
+        .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+        .unwrap_or_default()
+}
+
+/// A 64-bit integer field (a decimal string, or a number); 0 when missing, as the gateway
+/// leaves out zero values.
+pub(super) fn int(v: &Value) -> i64 {
+    match v {
+        Value::String(s) => s.parse().unwrap_or(0),
+        Value::Number(n) => n.as_i64().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// The end of the key range that holds every key starting with `prefix` (etcd's "prefix end").
+pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// What a request can fail with.
+#[derive(Debug)]
+pub(super) enum Error {
+    /// No endpoint answered, or the connection broke or timed out (the outcome is unknown).
+    Transport(io::Error),
+    /// The server answered with an error; `retry` when it is one of a cluster in trouble (no
+    /// leader, a leader change, a timed-out proposal: gRPC's UNAVAILABLE or DEADLINE_EXCEEDED,
+    /// HTTP 503 or 504 through the gateway), which another try, or another member, may not have.
+    Server { message: String, retry: bool },
+}
+
+impl Error {
+    /// Whether the request may succeed when tried again: the connection broke, or the cluster
+    /// could not serve it for now.
+    pub(super) fn transient(&self) -> bool {
+        matches!(
+            self,
+            Error::Transport(_) | Error::Server { retry: true, .. }
+        )
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Transport(e) => write!(f, "{e}"),
+            Error::Server { message, .. } => {
+                f.write_str(&crate::report::clean(message, crate::report::MAX_FIELD))
+            }
+        }
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Transport(e)
+    }
+}
+
+/// Where and how to reach the cluster.
+#[derive(Clone, Debug)]
+pub(super) struct Endpoints {
+    /// host and port of each member given.
+    pub(super) hosts: Vec<(String, u16)>,
+    pub(super) tls: bool,
+    /// etcd's own user and password.
+    pub(super) auth: Option<(String, String)>,
+}
+
+/// One keep-alive connection to one member, moving to the next member when it fails.
+pub(super) struct Client {
+    ends: Endpoints,
+    /// The member to try first.
+    current: usize,
+    con: Option<Stream>,
+    /// The auth token, once authenticated.
+    token: Option<String>,
+    /// Whether a member ever answered this process.
+    pub(super) reach: Reach,
+}
+
+impl Client {
+    pub(super) fn new(ends: Endpoints, reach: Reach) -> Client {
+        Client {
+            ends,
+            current: 0,
+            con: None,
+            token: None,
+            reach,
+        }
+    }
+
+    /// A connection to the first member that accepts, starting with the last one that worked.
+    fn connect(&mut self) -> io::Result<Stream> {
+        let n = self.ends.hosts.len();
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "no etcd endpoint");
+        for i in 0..n {
+            let at = (self.current + i) % n;
+            let (host, port) = &self.ends.hosts[at];
+            let deadline = Instant::now() + CONNECT_TIMEOUT;
+            match Stream::tcp(host, *port, self.ends.tls, deadline, MAX_REPLY) {
+                Ok(s) => {
+                    self.current = at;
+                    return Ok(s);
+                }
+                Err(e) => {
+                    if e.kind() == io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                    // With several members, say which failed last.
+                    last = if n > 1 {
+                        io::Error::new(e.kind(), format!("{host}:{port}: {e}"))
+                    } else {
+                        e
+                    };
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// `POST path` with `body`; the reply's JSON. Transport failures close the connection (the
+    /// next call connects again, to the next member first); an expired auth token is renewed
+    /// once.
+    pub(super) fn call(&mut self, path: &str, body: &Value) -> Result<Value, Error> {
+        let mut renewed = false;
+        loop {
+            match self.call_once(path, body) {
+                Err(Error::Server { message, .. })
+                    if !renewed
+                        && self.ends.auth.is_some()
+                        && message.contains("invalid auth token") =>
+                {
+                    self.token = None;
+                    renewed = true;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn call_once(&mut self, path: &str, body: &Value) -> Result<Value, Error> {
+        if self.con.is_none() {
+            let con = self.connect()?;
+            self.con = Some(con);
+            if self.token.is_none() && self.ends.auth.is_some() {
+                self.authenticate()?;
+            }
+        }
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        let token = self.token.clone();
+        let con = self.con.as_mut().expect("connected above");
+        let result = exchange(con, path, body, token.as_deref(), deadline);
+        if !matches!(result, Err(Error::Transport(_))) {
+            self.reach.connected();
+        }
+        match result {
+            Err(e) if e.transient() => {
+                self.con = None;
+                // The member failed, or cannot serve (no leader): the next one first next time.
+                self.current = (self.current + 1) % self.ends.hosts.len();
+                Err(e)
+            }
+            r => r,
+        }
+    }
+
+    fn authenticate(&mut self) -> Result<(), Error> {
+        let Some((user, pass)) = self.ends.auth.clone() else {
+            return Ok(());
+        };
+        let con = self.con.as_mut().expect("connected");
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        let reply = exchange(
+            con,
+            "/v3/auth/authenticate",
+            &json!({"name": user, "password": pass}),
+            None,
+            deadline,
+        );
+        match reply {
+            Ok(v) => {
+                self.reach.connected();
+                self.token = v["token"].as_str().map(str::to_string);
+                Ok(())
+            }
+            Err(e) => {
+                self.con = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens a watch stream (its own connection) with `create_request`.
+    pub(super) fn watch(&mut self, create_request: Value) -> Result<Watch, Error> {
+        if self.ends.auth.is_some() && self.token.is_none() {
+            // Authenticate on the unary connection first.
+            self.call("/v3/maintenance/status", &json!({}))?;
+        }
+        let mut con = self.connect()?;
+        let body = json!({ "create_request": create_request });
+        con.bound(Instant::now() + REQUEST_TIMEOUT, MAX_REPLY);
+        // `hasleader` (as gRPC metadata, through the gateway): a member cut off from the
+        // leader cancels the watch rather than leave it silent, as Go's clients ask.
+        send(
+            &mut con,
+            "/v3/watch",
+            &body,
+            self.token.as_deref(),
+            "Grpc-Metadata-hasleader: true\r\n",
+        )?;
+        let head = read_head(&mut con)?;
+        if head.status != 200 {
+            let body = read_body(&mut con, &head)?;
+            return Err(server_error(head.status, &body));
+        }
+        if !head.chunked {
+            return Err(io::Error::other("the watch reply is not a stream").into());
+        }
+        Ok(Watch {
+            con,
+            raw: Vec::new(),
+            data: Vec::new(),
+            ended: false,
+        })
+    }
+}
+
+/// A watch stream: messages as they come, each within a deadline.
+pub(super) struct Watch {
+    con: Stream,
+    /// Bytes read, not yet decoded from chunks.
+    raw: Vec<u8>,
+    /// Decoded bytes, not yet a whole message.
+    data: Vec<u8>,
+    ended: bool,
+}
+
+impl Watch {
+    /// The next message, or `None` when `deadline` passes first.
+    pub(super) fn next(&mut self, deadline: Instant) -> Result<Option<Value>, Error> {
+        loop {
+            if let Some(at) = self.data.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.data.drain(..=at).collect();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                let v: Value = serde_json::from_slice(&line)
+                    .map_err(|e| io::Error::other(format!("bad watch message: {e}")))?;
+                if v.get("error").is_some() {
+                    return Err(server_error(200, &v));
+                }
+                return Ok(Some(v["result"].clone()));
+            }
+            if self.decode()? {
+                continue;
+            }
+            if self.ended {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the server ended the watch",
+                )
+                .into());
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            self.con.bound(deadline, MAX_REPLY);
+            let mut buf = [0u8; 16 << 10];
+            match self.con.read(&mut buf) {
+                Ok(0) => self.ended = true,
+                Ok(n) => self.raw.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+            if self.raw.len() + self.data.len() > MAX_REPLY {
+                return Err(io::Error::other("a watch message larger than a lock's").into());
+            }
+        }
+    }
+
+    /// Moves whole chunks from `raw` to `data`; whether it moved any.
+    fn decode(&mut self) -> io::Result<bool> {
+        let mut moved = false;
+        loop {
+            let Some(eol) = self.raw.windows(2).position(|w| w == b"\r\n") else {
+                if self.raw.len() > 64 {
+                    return Err(io::Error::other("bad chunk header"));
+                }
+                return Ok(moved);
+            };
+            let size_text = String::from_utf8_lossy(&self.raw[..eol]);
+            let size_text = size_text.split(';').next().unwrap_or("").trim();
+            let size = usize::from_str_radix(size_text, 16)
+                .map_err(|_| io::Error::other("bad chunk size"))?;
+            if size > MAX_REPLY {
+                return Err(io::Error::other("a chunk larger than a lock's message"));
+            }
+            if size == 0 {
+                self.ended = true;
+                self.raw.clear();
+                return Ok(moved);
+            }
+            let need = eol + 2 + size + 2;
+            if self.raw.len() < need {
+                return Ok(moved);
+            }
+            self.data
+                .extend_from_slice(&self.raw[eol + 2..eol + 2 + size]);
+            self.raw.drain(..need);
+            moved = true;
+        }
+    }
+}
+
+fn server_error(status: u16, body: &Value) -> Error {
+    // gRPC codes 14 (UNAVAILABLE) and 4 (DEADLINE_EXCEEDED), as the gateway maps them.
+    let code = int(&body["code"]);
+    let retry = matches!(status, 503 | 504) || matches!(code, 4 | 14);
+    let message = body["message"]
+        .as_str()
+        .or_else(|| body["error"].as_str())
+        .or_else(|| body["error"]["message"].as_str())
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("HTTP status {status}"));
+    Error::Server { message, retry }
+}
+
+fn send(
+    con: &mut Stream,
+    path: &str,
+    body: &Value,
+    token: Option<&str>,
+    extra: &str,
+) -> io::Result<()> {
+    let body = body.to_string();
+    let auth = token
+        .map(|t| format!("Authorization: {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: etcd\r\nContent-Type: application/json\r\n{auth}{extra}\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    con.write_all(req.as_bytes())?;
+    con.flush()
+}
+
+/// One request and its whole reply, by `deadline`.
+fn exchange(
+    con: &mut Stream,
+    path: &str,
+    body: &Value,
+    token: Option<&str>,
+    deadline: Instant,
+) -> Result<Value, Error> {
+    con.bound(deadline, MAX_REPLY);
+    send(con, path, body, token, "")?;
+    let head = read_head(con)?;
+    let reply = read_body(con, &head)?;
+    if head.status != 200 {
+        return Err(server_error(head.status, &reply));
+    }
+    Ok(reply)
+}
+
+/// Reads exactly `buf.len()` bytes. Unlike `read_exact`, a signal (`Interrupted`) ends it: the
+/// socket layer reports one only when a forwarded signal must end the wait.
+fn fill(con: &mut Stream, mut buf: &mut [u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match con.read(buf)? {
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection mid-reply",
+                ));
+            }
+            n => buf = &mut buf[n..],
+        }
+    }
+    Ok(())
+}
+
+struct Head {
+    status: u16,
+    length: Option<usize>,
+    chunked: bool,
+}
+
+/// Reads one line (up to CRLF) of at most 8 KiB.
+fn read_line(con: &mut Stream) -> io::Result<String> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        if con.read(&mut byte)? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the server closed the connection",
+            ));
+        }
+        if byte[0] == b'\n' {
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            return Ok(String::from_utf8_lossy(&line).into_owned());
+        }
+        line.push(byte[0]);
+        if line.len() > 8 << 10 {
+            return Err(io::Error::other("an HTTP header line over 8 KiB"));
+        }
+    }
+}
+
+fn read_head(con: &mut Stream) -> io::Result<Head> {
+    let status_line = read_line(con)?;
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            io::Error::other(format!(
+                "not an HTTP reply: '{}' (is this etcd's client port?)",
+                crate::report::clean(&status_line, 80)
+            ))
+        })?;
+    let mut head = Head {
+        status,
+        length: None,
+        chunked: false,
+    };
+    for _ in 0..100 {
+        let line = read_line(con)?;
+        if line.is_empty() {
+            return Ok(head);
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        match name.trim().to_ascii_lowercase().as_str() {
+            "content-length" => head.length = value.parse().ok(),
+            "transfer-encoding" => head.chunked = value.eq_ignore_ascii_case("chunked"),
+            _ => {}
+        }
+    }
+    Err(io::Error::other("more than 100 HTTP header lines"))
+}
+
+fn read_body(con: &mut Stream, head: &Head) -> io::Result<Value> {
+    let mut body = Vec::new();
+    if head.chunked {
+        loop {
+            let size = read_line(con)?;
+            let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
+                .map_err(|_| io::Error::other("bad chunk size"))?;
+            if body.len() + size > MAX_REPLY {
+                return Err(io::Error::other("a reply larger than a lock's"));
+            }
+            if size == 0 {
+                // The trailers (the gateway sends gRPC's on errors), up to the empty line: all
+                // of them must go, or the next reply on this connection starts mid-way.
+                let mut trailers = 0;
+                while !read_line(con)?.is_empty() {
+                    trailers += 1;
+                    if trailers > 100 {
+                        return Err(io::Error::other("more than 100 HTTP trailer lines"));
+                    }
+                }
+                break;
+            }
+            let start = body.len();
+            body.resize(start + size, 0);
+            fill(con, &mut body[start..])?;
+            read_line(con)?;
+        }
+    } else {
+        let n = head
+            .length
+            .ok_or_else(|| io::Error::other("an HTTP reply without a length"))?;
+        if n > MAX_REPLY {
+            return Err(io::Error::other("a reply larger than a lock's"));
+        }
+        body.resize(n, 0);
+        fill(con, &mut body)?;
+    }
+    if body.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(&body).map_err(|e| io::Error::other(format!("bad JSON reply: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_covers_the_prefix() {
+        assert_eq!(prefix_end(b"dlock/a/"), b"dlock/a0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+    }
+
+    #[test]
+    fn integers_come_as_strings_or_numbers() {
+        assert_eq!(int(&json!("42")), 42);
+        assert_eq!(int(&json!(7)), 7);
+        assert_eq!(int(&Value::Null), 0);
+        assert_eq!(int(&json!("x")), 0);
+    }
+}

@@ -1,0 +1,756 @@
+//! The etcd backend: the lock recipe of etcd's clientv3 `concurrency.Mutex` (what `etcdctl lock`
+//! and Go programs use), so that `etcdctl lock dlock/KEY` and dlock exclude each other.
+//!
+//! - The lock of KEY is the prefix `dlock/KEY/`. A run grants a lease (`--ttl` rounded up to
+//!   whole seconds), and in one transaction creates its own key `<prefix><lease id in hex>`
+//!   bound to the lease (its value: dlock's holder record; etcdctl writes an empty value) and
+//!   reads the prefix's keys in create-revision order. The own key's create revision orders the
+//!   queue and is the fencing token.
+//! - Exclusive: held when no key of the prefix is older. Else the run watches only the newest
+//!   older key for its deletion (no herd), then looks again, as the Mutex does.
+//! - `--shared`: held when every older key is a dlock shared holder; it waits for the newest
+//!   older key that is not (so a waiting exclusive run, or an etcdctl lock, keeps new readers
+//!   out). `--limit N`: held when fewer than N older keys exist and all are dlock slots of N;
+//!   a waiter watches the whole prefix (etcd cannot watch "any of N").
+//!   Any key that is not a dlock record is an exclusive holder for every mode; etcdctl's waits
+//!   for every older key, dlock's included.
+//! - The lease is kept alive every ttl/3 (keep-alive answering TTL 0, or the own key gone, is a
+//!   loss); Ctrl-C, a timeout or an error revokes it, which deletes the own key.
+
+mod http;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::{Value, json};
+
+use self::http::{Client, Endpoints, Error, b64, int, prefix_end, unb64};
+use super::{Backend, Deadline, Holder, Lease, Mode, Reach, RenewError, Request, Status};
+use crate::clock::BootInstant;
+use crate::config::{BackendKind, Key, redact};
+use crate::exit::{Interrupted, Unavailable, Usage};
+
+const DEFAULT_URL: &str = "etcd://127.0.0.1:2379";
+/// Where dlock's locks live: `dlock/KEY/`.
+const ROOT: &str = "dlock/";
+/// The most keys of one prefix read at once.
+const MAX_QUEUE: usize = 10_000;
+
+/// Locks on an etcd cluster.
+pub(crate) struct EtcdBackend {
+    ends: Endpoints,
+    /// The endpoints, without credentials.
+    addr: String,
+    /// Whether a member ever answered this process (an outage from then on, not "unreachable").
+    reach: Reach,
+    /// Leases of failed tries that could not be revoked then; revoked by the next try.
+    abandoned: std::sync::Mutex<Vec<i64>>,
+}
+
+/// The prefix of a key's lock.
+pub(crate) fn lock_prefix(key: &Key) -> Vec<u8> {
+    format!("{ROOT}{}/", key.as_str()).into_bytes()
+}
+
+/// `etcd://[user:pass@]host[:port][,host[:port]...]`, `etcds://` for TLS.
+fn parse_url(url: &str) -> Result<Endpoints, Usage> {
+    let bad = |why: &str| Usage(format!("bad etcd URL '{}': {why}", redact(url)));
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
+    let tls = match scheme.to_ascii_lowercase().as_str() {
+        "etcd" | "http" => false,
+        "etcds" | "https" => true,
+        _ => return Err(bad("the scheme must be etcd:// or etcds://")),
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains(['/', '?', '#']) {
+        return Err(bad("a path or options are not taken"));
+    }
+    let (auth, hosts) = match rest.rsplit_once('@') {
+        Some((a, h)) => {
+            let (u, p) = a
+                .split_once(':')
+                .ok_or_else(|| bad("user without password"))?;
+            let dec = |s: &str| {
+                percent_decode(s).ok_or_else(|| bad("bad %-escape in the user or password"))
+            };
+            (Some((dec(u)?, dec(p)?)), h)
+        }
+        None => (None, rest),
+    };
+    let mut list = Vec::new();
+    for h in hosts.split(',') {
+        let (host, port) = match h.rsplit_once(':') {
+            Some((host, port)) if !port.contains(']') => {
+                (host, port.parse::<u16>().map_err(|_| bad("bad port"))?)
+            }
+            _ => (h, 2379),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        list.push((host.to_string(), port));
+    }
+    Ok(Endpoints {
+        hosts: list,
+        tls,
+        auth,
+    })
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// One key of a lock's prefix, in create-revision order.
+#[derive(Clone, Debug)]
+struct Entry {
+    key: Vec<u8>,
+    rev: i64,
+    lease: i64,
+    /// dlock's record, or `None` for a key that is not dlock's (etcdctl lock, a Go Mutex).
+    record: Option<Holder>,
+}
+
+impl Entry {
+    fn from_kv(kv: &Value) -> Entry {
+        let value = unb64(&kv["value"]);
+        let record = serde_json::from_slice::<Holder>(&value)
+            .ok()
+            .filter(|h| h.pid.is_some() && h.foreign.is_none());
+        Entry {
+            key: unb64(&kv["key"]),
+            rev: int(&kv["create_revision"]),
+            lease: int(&kv["lease"]),
+            record,
+        }
+    }
+
+    /// The mode it holds (or waits) in; a foreign key is exclusive.
+    fn mode(&self) -> Mode {
+        self.record
+            .as_ref()
+            .and_then(|h| h.mode)
+            .unwrap_or(Mode::Exclusive)
+    }
+
+    /// What status and messages show of it.
+    fn holder(&self) -> Holder {
+        let node = String::from_utf8_lossy(&self.key).into_owned();
+        let mut h = match &self.record {
+            Some(h) => h.clone(),
+            None => Holder {
+                foreign: Some("an etcd lock without a dlock record (etcdctl lock, a Mutex)".into()),
+                ..Holder::default()
+            },
+        };
+        h.fencing_token = u64::try_from(self.rev).ok();
+        h.node = Some(node);
+        h.session = Some(format!("lease {:x}", self.lease));
+        h
+    }
+}
+
+/// Where `mode`, whose key has revision `mine`, stands among the older `entries`.
+enum Verdict {
+    Holds,
+    /// Wait for the deletion of this older key (exclusive, shared), or of any key of the
+    /// prefix (`None`: a slot). The oldest key is the holder to name.
+    Waits(Option<usize>),
+    /// A dlock holder of the key in another mode.
+    Mismatch(Mode),
+}
+
+fn judge(mode: Mode, older: &[Entry]) -> Verdict {
+    // Another dlock mode that cannot be waited for: a mismatch (exit 2).
+    let clash = older.iter().find_map(|e| {
+        let theirs = e.record.as_ref()?.mode.unwrap_or(Mode::Exclusive);
+        let ok = match mode {
+            Mode::Exclusive | Mode::Shared => !matches!(theirs, Mode::Limit(_)),
+            Mode::Limit(n) => theirs == Mode::Limit(n),
+        };
+        (!ok).then_some(theirs)
+    });
+    if let Some(theirs) = clash {
+        return Verdict::Mismatch(theirs);
+    }
+    if older.is_empty() {
+        return Verdict::Holds;
+    }
+    match mode {
+        Mode::Exclusive => Verdict::Waits(Some(older.len() - 1)),
+        Mode::Shared => match older.iter().rposition(|e| e.mode() != Mode::Shared) {
+            Some(i) => Verdict::Waits(Some(i)),
+            None => Verdict::Holds,
+        },
+        Mode::Limit(n) => match older.iter().rposition(|e| e.record.is_none()) {
+            Some(i) => Verdict::Waits(Some(i)),
+            None if older.len() < n as usize => Verdict::Holds,
+            None => Verdict::Waits(None),
+        },
+    }
+}
+
+/// Which of a prefix's entries (in order) hold: the first, and behind a shared or slot holder
+/// the ones that may hold beside it.
+fn holders(entries: &[Entry]) -> usize {
+    let Some(first) = entries.first() else {
+        return 0;
+    };
+    match first.mode() {
+        Mode::Exclusive => 1,
+        Mode::Shared => entries
+            .iter()
+            .take_while(|e| e.mode() == Mode::Shared)
+            .count(),
+        Mode::Limit(n) => entries
+            .iter()
+            .take(n as usize)
+            .take_while(|e| e.mode() == Mode::Limit(n))
+            .count(),
+    }
+}
+
+impl EtcdBackend {
+    pub(crate) fn open(urls: &[String]) -> anyhow::Result<EtcdBackend> {
+        let url = match urls {
+            [] => DEFAULT_URL,
+            [u] => u.as_str(),
+            _ => {
+                return Err(Usage(
+                    "the etcd backend takes one --url (members separated by commas)".into(),
+                )
+                .into());
+            }
+        };
+        let ends = parse_url(url)?;
+        if ends.tls {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let addr = ends
+            .hosts
+            .iter()
+            .map(|(h, p)| format!("{h}:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        Ok(EtcdBackend {
+            ends,
+            addr,
+            reach: Reach::default(),
+            abandoned: std::sync::Mutex::default(),
+        })
+    }
+
+    fn client(&self) -> Client {
+        Client::new(self.ends.clone(), self.reach.clone())
+    }
+
+    /// The error for a failed request: an outage (or unreachable, before any answer) for a
+    /// transport failure or a cluster that cannot serve for now (no leader), the server's
+    /// answer otherwise.
+    fn fail(&self, e: Error) -> anyhow::Error {
+        match e {
+            Error::Transport(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                Interrupted(libc::SIGINT).into()
+            }
+            e if e.transient() => self
+                .reach
+                .transport_error(format!("etcd {}: {e}", self.addr)),
+            e => Unavailable(format!("etcd {}: {e}", self.addr)).into(),
+        }
+    }
+
+    /// The keys of `prefix` in create-revision order, those older than `before` if given.
+    fn entries(
+        &self,
+        c: &mut Client,
+        prefix: &[u8],
+        before: Option<i64>,
+    ) -> Result<(Vec<Entry>, i64), Error> {
+        let mut range = json!({
+            "key": b64(prefix),
+            "range_end": b64(&prefix_end(prefix)),
+            "sort_order": "ASCEND",
+            "sort_target": "CREATE",
+            "limit": MAX_QUEUE.to_string(),
+        });
+        if let Some(rev) = before {
+            range["max_create_revision"] = json!((rev - 1).to_string());
+        }
+        let r = c.call("/v3/kv/range", &range)?;
+        let entries = r["kvs"]
+            .as_array()
+            .map(|kvs| kvs.iter().map(Entry::from_kv).collect())
+            .unwrap_or_default();
+        Ok((entries, int(&r["header"]["revision"])))
+    }
+
+    /// Revokes `lease` (deleting its key); whether it is gone (revoked now, or before).
+    fn revoke(c: &mut Client, lease: i64) -> bool {
+        match c.call("/v3/lease/revoke", &json!({ "ID": lease.to_string() })) {
+            Ok(_) => true,
+            Err(Error::Server { message, .. }) => message.contains("lease not found"),
+            Err(_) => false,
+        }
+    }
+
+    /// Revokes the leases of this process's earlier tries that could not be revoked then (an
+    /// outage cut the try off): their keys are older than the next try's and would be waited
+    /// for until they expire.
+    fn revoke_abandoned(&self, c: &mut Client) {
+        let mut abandoned = self.abandoned.lock().unwrap_or_else(|e| e.into_inner());
+        abandoned.retain(|&lease| !Self::revoke(c, lease));
+    }
+}
+
+impl Backend for EtcdBackend {
+    fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
+        let mut c = self.client();
+        let r = c
+            .call(
+                "/v3/kv/range",
+                &json!({
+                    "key": b64(ROOT.as_bytes()),
+                    "range_end": b64(&prefix_end(ROOT.as_bytes())),
+                    "keys_only": true,
+                    "limit": super::MAX_LISTED.to_string(),
+                }),
+            )
+            .map_err(|e| self.fail(e))?;
+        let mut keys: Vec<Key> = Vec::new();
+        for kv in r["kvs"].as_array().into_iter().flatten() {
+            let k = unb64(&kv["key"]);
+            let Ok(k) = String::from_utf8(k) else {
+                continue;
+            };
+            let Some(rest) = k.strip_prefix(ROOT) else {
+                continue;
+            };
+            let Some((name, _)) = rest.rsplit_once('/') else {
+                continue;
+            };
+            if let Ok(key) = Key::new(name) {
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
+        }
+        Ok(keys)
+    }
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Etcd
+    }
+
+    fn location(&self) -> String {
+        self.addr.clone()
+    }
+
+    fn unsupported(&self, mode: Mode) -> Option<String> {
+        match mode {
+            Mode::Limit(n) if n > 256 => Some(format!("--limit {n} is too large (at most 256)")),
+            _ => None,
+        }
+    }
+
+    fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
+        let mut c = self.client();
+        let prefix = lock_prefix(req.key);
+        let ttl = super::ttl_secs_up(req.ttl);
+        self.revoke_abandoned(&mut c);
+        let sent = BootInstant::now();
+        let grant = c
+            .call("/v3/lease/grant", &json!({ "TTL": ttl.to_string() }))
+            .map_err(|e| self.fail(e))?;
+        let lease = int(&grant["ID"]);
+        if lease == 0 || int(&grant["TTL"]) < ttl as i64 {
+            anyhow::bail!(
+                "etcd {}: the server granted a lease of {}s for {ttl}s",
+                self.addr,
+                int(&grant["TTL"])
+            );
+        }
+        // From here on, every way out that is not a held lock revokes the lease, which deletes
+        // the own key.
+        let result = self.queue(&mut c, req, &prefix, lease, sent);
+        match result {
+            Ok((rev, key, sent)) => Ok(Box::new(EtcdLease {
+                client: c,
+                lease,
+                key,
+                rev,
+                ttl: req.ttl,
+                acquired_at: sent,
+                addr: self.addr.clone(),
+            })),
+            Err(e) => {
+                if !Self::revoke(&mut c, lease) {
+                    let mut abandoned = self.abandoned.lock().unwrap_or_else(|e| e.into_inner());
+                    abandoned.push(lease);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn status(&self, key: &Key) -> anyhow::Result<Status> {
+        let mut c = self.client();
+        let prefix = lock_prefix(key);
+        let (entries, _) = self
+            .entries(&mut c, &prefix, None)
+            .map_err(|e| self.fail(e))?;
+        let n = holders(&entries);
+        let mut status = Status {
+            held: n > 0,
+            server_name: Some(String::from_utf8_lossy(&prefix).into_owned()),
+            waiters: Some((entries.len() - n) as u64),
+            ..Status::new(
+                key,
+                self.kind(),
+                format!(
+                    "{} (prefix {})",
+                    self.addr,
+                    String::from_utf8_lossy(&prefix)
+                ),
+            )
+        };
+        for (i, e) in entries.iter().enumerate() {
+            let mut h = e.holder();
+            if i < n {
+                let ttl = c
+                    .call(
+                        "/v3/lease/timetolive",
+                        &json!({ "ID": e.lease.to_string() }),
+                    )
+                    .ok();
+                h.lease_left_ms = ttl
+                    .map(|t| int(&t["TTL"]))
+                    .and_then(|s| u64::try_from(s).ok())
+                    .map(|s| s * 1000);
+                status.holders.push(h);
+            } else {
+                status.queue.push(h);
+            }
+        }
+        if let Some(first) = entries.first() {
+            status.mode = Some(first.mode().name());
+            status.limit = first.mode().limit();
+        }
+        Ok(status)
+    }
+
+    fn purge(&self, key: &Key) -> anyhow::Result<()> {
+        let mut c = self.client();
+        let prefix = lock_prefix(key);
+        c.call(
+            "/v3/kv/deleterange",
+            &json!({ "key": b64(&prefix), "range_end": b64(&prefix_end(&prefix)) }),
+        )
+        .map_err(|e| self.fail(e))?;
+        Ok(())
+    }
+
+    fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
+        let status = self.status(key)?;
+        let mut c = self.client();
+        let (entries, _) = self
+            .entries(&mut c, &lock_prefix(key), None)
+            .map_err(|e| self.fail(e))?;
+        for e in entries.iter().take(holders(&entries)) {
+            c.call("/v3/lease/revoke", &json!({ "ID": e.lease.to_string() }))
+                .map_err(|err| self.fail(err))
+                .with_context(|| format!("cannot revoke lease {:x}", e.lease))?;
+        }
+        Ok(status)
+    }
+}
+
+impl EtcdBackend {
+    /// Creates the own key and waits for its turn, keeping the lease (granted when `granted`
+    /// was sent) alive meanwhile; the key's create revision and name, and when the last
+    /// keep-alive was sent (the lease counts from there).
+    fn queue(
+        &self,
+        c: &mut Client,
+        req: &Request<'_>,
+        prefix: &[u8],
+        lease: i64,
+        granted: BootInstant,
+    ) -> anyhow::Result<(i64, Vec<u8>, BootInstant)> {
+        let mut refreshed = granted;
+        let mut own = prefix.to_vec();
+        own.extend_from_slice(format!("{lease:x}").as_bytes());
+        let record = serde_json::to_vec(req.holder)?;
+        let txn = json!({
+            "compare": [{
+                "key": b64(&own), "target": "CREATE", "result": "EQUAL", "create_revision": "0"
+            }],
+            "success": [{ "request_put": {
+                "key": b64(&own), "value": b64(&record), "lease": lease.to_string()
+            }}],
+            "failure": [{ "request_range": { "key": b64(&own) } }],
+        });
+        let r = c.call("/v3/kv/txn", &txn).map_err(|e| self.fail(e))?;
+        let rev = if r["succeeded"].as_bool() == Some(true) {
+            int(&r["header"]["revision"])
+        } else {
+            int(&r["responses"][0]["response_range"]["kvs"][0]["create_revision"])
+        };
+        let mut next_keepalive = Instant::now() + req.ttl / 3;
+        let mut told = false;
+        loop {
+            let (older, header) = self
+                .entries(c, prefix, Some(rev))
+                .map_err(|e| self.fail(e))?;
+            let target = match judge(req.mode, &older) {
+                Verdict::Holds => return Ok((rev, own, refreshed)),
+                Verdict::Mismatch(theirs) => {
+                    return Err(super::mode_mismatch(req.key, req.mode, &theirs.describe()));
+                }
+                Verdict::Waits(target) => target.map(|i| &older[i]),
+            };
+            let holder = older[0].holder();
+            if req.waited_out() {
+                return Err(req.busy(Some(&holder)));
+            }
+            if !told {
+                (req.on_holder)(&holder);
+                told = true;
+            }
+            // Watch from the revision just read: a deletion after it wakes the waiter.
+            let (key, range_end) = match target {
+                Some(t) => (t.key.clone(), None),
+                None => (prefix.to_vec(), Some(prefix_end(prefix))),
+            };
+            let mut create = json!({
+                "key": b64(&key),
+                "start_revision": (header + 1).to_string(),
+                "filters": ["NOPUT"],
+            });
+            if let Some(end) = range_end {
+                create["range_end"] = json!(b64(&end));
+            }
+            let mut watch = c.watch(create).map_err(|e| self.fail(e))?;
+            loop {
+                if let Some(sig) = req.interrupted() {
+                    return Err(Interrupted(sig).into());
+                }
+                let until = match req.deadline {
+                    Deadline::Now => Instant::now(),
+                    Deadline::At(t) => t.min(next_keepalive),
+                    Deadline::Never => next_keepalive,
+                };
+                let msg = watch.next(until).map_err(|e| {
+                    if let Some(sig) = req.interrupted() {
+                        return Interrupted(sig).into();
+                    }
+                    self.fail(e)
+                })?;
+                if let Some(m) = msg {
+                    let deleted = m["events"].as_array().is_some_and(|evs| !evs.is_empty());
+                    if deleted {
+                        break;
+                    }
+                    continue;
+                }
+                if Instant::now() >= next_keepalive {
+                    // The waiter's key lives on its lease: keep it while waiting.
+                    let sent = BootInstant::now();
+                    let k = c
+                        .call("/v3/lease/keepalive", &json!({ "ID": lease.to_string() }))
+                        .map_err(|e| self.fail(e))?;
+                    if int(&k["result"]["TTL"]) <= 0 {
+                        return Err(crate::exit::Outage(format!(
+                            "etcd {}: the waiting run's lease ran out",
+                            self.addr
+                        ))
+                        .into());
+                    }
+                    refreshed = sent;
+                    next_keepalive = Instant::now() + req.ttl / 3;
+                }
+                if req.waited_out() {
+                    return Err(req.busy(Some(&holder)));
+                }
+            }
+        }
+    }
+}
+
+/// A held lock: the lease and the own key.
+struct EtcdLease {
+    client: Client,
+    lease: i64,
+    key: Vec<u8>,
+    rev: i64,
+    ttl: Duration,
+    acquired_at: BootInstant,
+    addr: String,
+}
+
+impl Lease for EtcdLease {
+    fn fencing_token(&self) -> Option<u64> {
+        u64::try_from(self.rev).ok()
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.ttl)
+    }
+
+    fn acquired_at(&self) -> BootInstant {
+        self.acquired_at
+    }
+
+    fn renew(&mut self) -> Result<(), RenewError> {
+        let failed = |e: Error| RenewError::Failed(anyhow::anyhow!("etcd {}", e));
+        let k = self
+            .client
+            .call(
+                "/v3/lease/keepalive",
+                &json!({ "ID": self.lease.to_string() }),
+            )
+            .map_err(failed)?;
+        if int(&k["result"]["TTL"]) <= 0 {
+            return Err(RenewError::Lost(format!(
+                "etcd {}: lease {:x} expired or was revoked (dlock break?)",
+                self.addr, self.lease
+            )));
+        }
+        let r = self
+            .client
+            .call(
+                "/v3/kv/range",
+                &json!({ "key": b64(&self.key), "count_only": true }),
+            )
+            .map_err(failed)?;
+        if int(&r["count"]) == 0 {
+            return Err(RenewError::Lost(format!(
+                "etcd {}: the lock key {} was deleted",
+                self.addr,
+                crate::report::clean(
+                    &String::from_utf8_lossy(&self.key),
+                    crate::report::MAX_FIELD
+                )
+            )));
+        }
+        Ok(())
+    }
+
+    fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+        self.client
+            .call("/v3/lease/revoke", &json!({ "ID": self.lease.to_string() }))
+            .map_err(|e| anyhow::anyhow!("etcd {}: {e}", self.addr))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(rev: i64, mode: Option<Mode>) -> Entry {
+        Entry {
+            key: format!("dlock/k/{rev:x}").into_bytes(),
+            rev,
+            lease: rev,
+            record: mode.map(|m| Holder {
+                pid: Some(1),
+                mode: (m != Mode::Exclusive).then_some(m),
+                ..Holder::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn urls_with_members_and_credentials() {
+        let e = parse_url("etcds://u%40x:p%3Aw@a:1,[::1]:2,b").unwrap();
+        assert!(e.tls);
+        assert_eq!(e.auth, Some(("u@x".into(), "p:w".into())));
+        assert_eq!(
+            e.hosts,
+            vec![("a".into(), 1), ("::1".into(), 2), ("b".into(), 2379)]
+        );
+        for bad in [
+            "redis://a",
+            "etcd://a/path",
+            "etcd://u@a",
+            "etcd://a:x",
+            "etcd://",
+        ] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn modes_wait_for_what_they_must() {
+        let ex = Some(Mode::Exclusive);
+        let sh = Some(Mode::Shared);
+        assert!(matches!(judge(Mode::Exclusive, &[]), Verdict::Holds));
+        // A reader behind readers holds; behind a foreign key or a writer it waits.
+        assert!(matches!(
+            judge(Mode::Shared, &[entry(1, sh), entry(2, sh)]),
+            Verdict::Holds
+        ));
+        match judge(Mode::Shared, &[entry(1, sh), entry(2, ex), entry(3, sh)]) {
+            Verdict::Waits(Some(t)) => assert_eq!(t, 1),
+            _ => panic!("a reader behind a waiting writer must wait for it"),
+        }
+        match judge(Mode::Shared, &[entry(1, None)]) {
+            Verdict::Waits(Some(t)) => assert_eq!(t, 0),
+            _ => panic!("a foreign key is an exclusive holder"),
+        }
+        // The exclusive waits for the newest older key only.
+        match judge(Mode::Exclusive, &[entry(1, sh), entry(2, sh)]) {
+            Verdict::Waits(Some(t)) => assert_eq!(t, 1),
+            _ => panic!(),
+        }
+        let l2 = Some(Mode::Limit(2));
+        assert!(matches!(
+            judge(Mode::Limit(2), &[entry(1, l2)]),
+            Verdict::Holds
+        ));
+        assert!(matches!(
+            judge(Mode::Limit(2), &[entry(1, l2), entry(2, l2)]),
+            Verdict::Waits(None)
+        ));
+        assert!(matches!(
+            judge(Mode::Limit(3), &[entry(1, l2)]),
+            Verdict::Mismatch(_)
+        ));
+        assert!(matches!(
+            judge(Mode::Exclusive, &[entry(1, l2)]),
+            Verdict::Mismatch(_)
+        ));
+    }
+
+    #[test]
+    fn holders_follow_the_first_mode() {
+        let sh = Some(Mode::Shared);
+        let l2 = Some(Mode::Limit(2));
+        assert_eq!(holders(&[]), 0);
+        assert_eq!(holders(&[entry(1, None), entry(2, None)]), 1);
+        assert_eq!(
+            holders(&[
+                entry(1, sh),
+                entry(2, sh),
+                entry(3, Some(Mode::Exclusive)),
+                entry(4, sh)
+            ]),
+            2
+        );
+        assert_eq!(holders(&[entry(1, l2), entry(2, l2), entry(3, l2)]), 2);
+    }
+}
