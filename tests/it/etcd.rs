@@ -191,6 +191,7 @@ fn cluster_leader_killed_while_held() {
     w.holder();
     cluster.kill(second);
     w.goes_on(4, Duration::from_secs(30));
+    let errors = w.dir.join("errors");
     let codes = w.finish(|_, _| false);
     let count = |c| codes.iter().filter(|&&x| x == Some(c)).count();
     eprintln!(
@@ -204,7 +205,8 @@ fn cluster_leader_killed_while_held() {
         .collect();
     assert!(
         bad.is_empty(),
-        "unexpected exit codes {bad:?} among {codes:?}"
+        "unexpected exit codes {bad:?} among {codes:?}; what they said:\n{}",
+        std::fs::read_to_string(errors).unwrap_or_default()
     );
 }
 

@@ -93,6 +93,16 @@ impl Workload {
                         let mut cmd = b.run(&key, &["--wait", "60s"], &["sh", "-c", INSIDE, "sh"]);
                         let out = output(cmd.arg(&dir).arg(&inside));
                         codes.push(out.status.code());
+                        if !out.status.success() {
+                            // What each failed run said, for the assertions' messages.
+                            use std::io::Write;
+                            let mut f = std::fs::OpenOptions::new()
+                                .create(true)
+                                .append(true)
+                                .open(dir.join("errors"))
+                                .unwrap();
+                            let _ = f.write_all(&out.stderr);
+                        }
                         if out.status.code() == Some(69) {
                             // The server is down: do not spin while it is.
                             std::thread::sleep(Duration::from_millis(100));

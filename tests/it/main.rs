@@ -14,6 +14,7 @@ mod mysql;
 mod partition;
 mod postgres;
 mod redis;
+mod redis_cluster;
 mod redlock;
 mod servers;
 mod util;

@@ -343,6 +343,154 @@ impl Drop for Redis {
     }
 }
 
+/// A Redis Cluster of three primaries on loopback (no replicas), slots spread by
+/// `redis-cli --cluster create`.
+pub(crate) struct RedisCluster {
+    pub(crate) nodes: Vec<Redis>,
+}
+
+impl RedisCluster {
+    pub(crate) fn start() -> Option<RedisCluster> {
+        if !available("redis-server") || !available("redis-cli") {
+            return None;
+        }
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            for attempt in 1.. {
+                // The cluster bus listens on PORT + 10000: both must be free.
+                let port = cluster_port();
+                let mut r = Redis {
+                    port,
+                    dir: scratch("redis-cluster"),
+                    child: None,
+                    extra: vec!["--cluster-enabled".into(), "yes".into()],
+                };
+                let conf = r.dir.join("nodes.conf");
+                r.extra.push("--cluster-config-file".into());
+                r.extra.push(conf.display().to_string());
+                if r.launch() {
+                    nodes.push(r);
+                    break;
+                }
+                assert!(
+                    attempt < 3,
+                    "a cluster redis-server exited at start, 3 times"
+                );
+            }
+        }
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port));
+        }
+        let out = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let c = RedisCluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !c
+            .nodes
+            .iter()
+            .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the cluster is not ok after 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(c)
+    }
+
+    /// `redis://127.0.0.1:PORT` of node `i`.
+    pub(crate) fn url(&self, i: usize) -> String {
+        self.nodes[i].url()
+    }
+
+    /// The index of the node that owns `name`'s slot.
+    pub(crate) fn owner(&self, name: &str) -> usize {
+        let slot: u16 = self.nodes[0]
+            .cli(&["CLUSTER", "KEYSLOT", name])
+            .parse()
+            .unwrap();
+        let id = self.slot_owner_id(slot);
+        (0..self.nodes.len())
+            .find(|&i| self.node_id(i) == id)
+            .expect("an owner")
+    }
+
+    /// Node `i`'s cluster id.
+    pub(crate) fn node_id(&self, i: usize) -> String {
+        self.nodes[i].cli(&["CLUSTER", "MYID"])
+    }
+
+    /// The id of the node that owns `slot`, as node 0 sees it.
+    fn slot_owner_id(&self, slot: u16) -> String {
+        let nodes = self.nodes[0].cli(&["CLUSTER", "NODES"]);
+        for line in nodes.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            for range in f.iter().skip(8) {
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                let (Ok(a), Ok(b)) = (a.parse::<u16>(), b.parse::<u16>()) else {
+                    continue;
+                };
+                if (a..=b).contains(&slot) {
+                    return f[0].to_string();
+                }
+            }
+        }
+        panic!("no owner of slot {slot}:\n{nodes}");
+    }
+
+    /// Moves `name`'s slot, with its keys, to node `to` (as `redis-cli --cluster reshard` does:
+    /// IMPORTING, MIGRATING, MIGRATE of every key, then the new owner on every node).
+    pub(crate) fn migrate_slot_of(&self, name: &str, to: usize) {
+        let slot = self.nodes[0].cli(&["CLUSTER", "KEYSLOT", name]);
+        let from = self.owner(name);
+        assert_ne!(from, to);
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let ok = |out: String| assert!(out.starts_with("OK"), "{out}");
+        ok(self.nodes[to].cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]));
+        ok(self.nodes[from].cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]));
+        loop {
+            let keys = self.nodes[from].cli(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let port = self.nodes[to].port.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys);
+            ok(self.nodes[from].cli(&args));
+        }
+        for n in &self.nodes {
+            ok(n.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]));
+        }
+    }
+}
+
+/// A free port whose cluster bus port (+10000, so at most 55535) is free too.
+fn cluster_port() -> u16 {
+    loop {
+        let p = free_port();
+        if p <= 55535 && std::net::TcpListener::bind(("127.0.0.1", p + 10000)).is_ok() {
+            return p;
+        }
+    }
+}
+
+/// The shared cluster of this test binary.
+pub(crate) fn shared_redis_cluster() -> Option<&'static RedisCluster> {
+    static SHARED: OnceLock<Option<RedisCluster>> = OnceLock::new();
+    SHARED.get_or_init(|| aged(RedisCluster::start())).as_ref()
+}
+
 /// A shared server is handed out once it has been up for the usual test TTL (2 s) plus the second
 /// of uptime rounding: a younger Redis or MySQL holds every first lock back (see
 /// `backend::hold_back_until`), which would stretch the timing of whichever tests come first.

@@ -191,7 +191,13 @@ impl Client {
         let token = self.token.clone();
         let con = self.con.as_mut().expect("connected above");
         let result = exchange(con, path, body, token.as_deref(), deadline);
-        if !matches!(result, Err(Error::Transport(_))) {
+        // Answered, or connected and then not answered in time (a cluster electing a leader
+        // holds requests): the cluster is there, a failure from now on is an outage that a
+        // waiting run outlasts. A connection that fails at once (refused, not HTTP, a TLS
+        // mismatch) is not.
+        let timed_out =
+            matches!(&result, Err(Error::Transport(e)) if e.kind() == io::ErrorKind::TimedOut);
+        if timed_out || !matches!(result, Err(Error::Transport(_))) {
             self.reach.connected();
         }
         match result {

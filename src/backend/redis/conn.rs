@@ -7,6 +7,12 @@
 //! read and write; a reply larger than [`MAX_REPLY`] ends the connection; and on the main thread
 //! a forwarded signal ends the wait at once (see [`crate::signals::interrupts_network_waits`]).
 //! Every failure is an I/O error to redis-rs, so the callers' error handling is unchanged.
+//!
+//! On a Redis Cluster, a command for a slot another node owns is answered `MOVED slot
+//! host:port` (or `ASK` while the slot migrates). The connection follows: it reconnects to that
+//! node with the same credentials and TLS and sends the command again, within the request's
+//! deadline, so every caller works on a cluster through the URL of any node. (redis-rs's own
+//! cluster connection would bring back its sockets, and their unbounded reads.)
 
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
@@ -20,6 +26,10 @@ use crate::backend::net::Stream;
 /// [`crate::report`]), well under this.
 pub(crate) const MAX_REPLY: usize = 4 << 20;
 
+/// How many redirections one request follows: a cluster whose slots move more often than that
+/// while one command is answered is not one to lock on.
+const MAX_REDIRECTS: usize = 5;
+
 /// One connection to one Redis server.
 pub(crate) struct Connection {
     stream: Stream,
@@ -29,6 +39,10 @@ pub(crate) struct Connection {
     db: i64,
     /// False after any failure: a reply may be half read.
     open: bool,
+    /// How it was opened: a redirection opens the next one alike.
+    info: ConnectionInfo,
+    /// How long opening may take.
+    connect: Duration,
 }
 
 impl Connection {
@@ -68,6 +82,8 @@ impl Connection {
             timeout: connect,
             db: settings.db(),
             open: true,
+            info: info.clone(),
+            connect,
         };
         if let Some(password) = settings.password() {
             let mut auth = redis::cmd("AUTH");
@@ -95,6 +111,59 @@ impl Connection {
         Ok(())
     }
 
+    /// The server this connection talks to now (after a `MOVED`, the slot's owner).
+    pub(crate) fn addr(&self) -> &ConnectionAddr {
+        self.info.addr()
+    }
+
+    /// A connection like this one to `target` (`host:port` of a `MOVED` or `ASK`).
+    fn redirected(&self, target: &str) -> RedisResult<Connection> {
+        let addr = addr_like(self.info.addr(), target)
+            .ok_or_else(|| io::Error::other(format!("bad redirection to '{target}'")))?;
+        let mut con = Connection::open(
+            &self.info.clone().set_addr(addr),
+            self.connect,
+            self.timeout,
+        )?;
+        con.timeout = self.timeout;
+        Ok(con)
+    }
+
+    /// Sends `cmd` and reads its reply, following a cluster's redirections, by `deadline`.
+    fn request_redirected(&mut self, cmd: &[u8], deadline: Instant) -> RedisResult<Value> {
+        let mut reply = self.request_until(cmd, deadline)?;
+        for _ in 0..MAX_REDIRECTS {
+            let Value::ServerError(e) = &reply else {
+                return Ok(reply);
+            };
+            let kind = e.kind();
+            let target = match (kind, e.details()) {
+                (
+                    Some(redis::ServerErrorKind::Moved | redis::ServerErrorKind::Ask),
+                    Some(details),
+                ) => details.split_ascii_whitespace().nth(1).map(str::to_string),
+                _ => None,
+            };
+            let Some(target) = target else {
+                return Ok(reply);
+            };
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "redirected too long").into());
+            }
+            let mut next = self.redirected(&target)?;
+            if kind == Some(redis::ServerErrorKind::Ask) {
+                // The slot is migrating and this key is already there: ask once, on a
+                // connection of its own; the slot's owner stays this one.
+                next.request_until(&redis::cmd("ASKING").get_packed_command(), deadline)?
+                    .extract_error()?;
+                return next.request_until(cmd, deadline);
+            }
+            *self = next;
+            reply = self.request_until(cmd, deadline)?;
+        }
+        Err(io::Error::other("too many cluster redirections").into())
+    }
+
     /// Sends `cmd` and reads one reply, all before `deadline`.
     fn request_until(&mut self, cmd: &[u8], deadline: Instant) -> RedisResult<Value> {
         if !self.open {
@@ -111,6 +180,34 @@ impl Connection {
     }
 }
 
+/// The address `target` (`host:port`, as a cluster names its nodes) reached like `like`: TLS
+/// if that is, with its certificate settings. `None` for a malformed target or a Unix socket.
+pub(crate) fn addr_like(like: &ConnectionAddr, target: &str) -> Option<ConnectionAddr> {
+    let (host, port) = target.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    if host.is_empty() {
+        return None;
+    }
+    match like {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => Some(ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        }),
+        ConnectionAddr::Tcp(..) => Some(ConnectionAddr::Tcp(host, port)),
+        _ => None,
+    }
+}
+
 fn send_and_read(s: &mut Stream, parser: &mut redis::Parser, cmd: &[u8]) -> RedisResult<Value> {
     s.write_all(cmd)?;
     s.flush()?;
@@ -124,7 +221,7 @@ fn send_and_read(s: &mut Stream, parser: &mut redis::Parser, cmd: &[u8]) -> Redi
 
 impl ConnectionLike for Connection {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        self.request_until(cmd, Instant::now() + self.timeout)
+        self.request_redirected(cmd, Instant::now() + self.timeout)
     }
 
     fn req_packed_commands(

@@ -62,20 +62,58 @@ const RELEASE: &str = include_str!("lua/release.lua");
 /// Everything `status` shows, read atomically with the server's clock.
 pub(super) const STATUS: &str = include_str!("lua/status.lua");
 
-/// One Redis server.
+/// One Redis server (or one of a cluster's nodes, with others to try).
 #[derive(Clone)]
 pub(super) struct Node {
     pub(super) info: ConnectionInfo,
+    /// More nodes of the same cluster (`redis://h1:p1,h2:p2`), tried in turn when the one
+    /// before cannot be reached.
+    pub(super) seeds: Vec<redis::ConnectionAddr>,
     /// Whether this process reached the server (see [`Reach`]).
     pub(super) reach: Reach,
-    /// host:port or socket path, without credentials.
+    /// host:port (every seed's, comma-separated) or socket path, without credentials.
     pub(super) addr: String,
+}
+
+/// `redis://[auth@]h1[:p1],h2[:p2]…[/db]`: the URL with the first host, and the others.
+fn split_seeds(url: &str) -> (String, Vec<String>) {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return (url.to_string(), Vec::new());
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (auth, hosts) = match authority.rsplit_once('@') {
+        Some((a, h)) => (format!("{a}@"), h),
+        None => (String::new(), authority),
+    };
+    let mut hosts = hosts.split(',');
+    let first = hosts.next().unwrap_or_default();
+    let others = hosts.map(str::to_string).collect();
+    (format!("{scheme}://{auth}{first}{tail}"), others)
 }
 
 impl Node {
     pub(super) fn parse(url: &str) -> Result<Node, Usage> {
         let bad = |e: redis::RedisError| Usage(format!("bad redis URL '{}': {e}", redact(url)));
-        let info = url.into_connection_info().map_err(bad)?;
+        let (first, others) = split_seeds(url);
+        let info = first.as_str().into_connection_info().map_err(bad)?;
+        let mut seeds = Vec::new();
+        for host in &others {
+            let host = if host.contains(':') {
+                host.clone()
+            } else {
+                format!("{host}:6379")
+            };
+            let seed = conn::addr_like(info.addr(), &host).ok_or_else(|| {
+                Usage(format!(
+                    "bad redis URL '{}': '{}' is not host:port (several hosts are one cluster's \
+                     seed nodes; a Unix socket takes one path)",
+                    redact(url),
+                    crate::report::clean(&host, 80)
+                ))
+            })?;
+            seeds.push(seed);
+        }
         if let redis::ConnectionAddr::TcpTls { insecure: true, .. } = info.addr() {
             return Err(Usage(format!(
                 "bad redis URL '{}': dlock does not skip certificate checks (#insecure); trust \
@@ -83,12 +121,28 @@ impl Node {
                 redact(url)
             )));
         }
-        let addr = info.addr().to_string();
+        let addr = std::iter::once(info.addr())
+            .chain(&seeds)
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
         Ok(Node {
             info,
+            seeds,
             addr,
             reach: Reach::default(),
         })
+    }
+
+    /// This server's settings (credentials, TLS, database) at another address: where a
+    /// cluster's redirection led a connection.
+    pub(super) fn at(&self, addr: &redis::ConnectionAddr) -> Node {
+        Node {
+            info: self.info.clone().set_addr(addr.clone()),
+            seeds: Vec::new(),
+            reach: self.reach.clone(),
+            addr: addr.to_string(),
+        }
     }
 
     /// A new connection whose commands time out after `timeout`.
@@ -102,8 +156,43 @@ impl Node {
         connect: Duration,
         timeout: Duration,
     ) -> anyhow::Result<Connection> {
-        Connection::open(&self.info, connect, timeout)
-            .map_err(|e| self.error(format!("cannot connect to {}", self.addr), e))
+        if self.seeds.is_empty() {
+            return Connection::open(&self.info, connect, timeout)
+                .map_err(|e| self.error(format!("cannot connect to {}", self.addr), e));
+        }
+        // Seeds of a cluster: the first that answers, and it must be a cluster node (two
+        // standalone servers would be two independent locks).
+        let mut last = None;
+        for addr in std::iter::once(self.info.addr()).chain(&self.seeds) {
+            let info = self.info.clone().set_addr(addr.clone());
+            match Connection::open(&info, connect, timeout) {
+                Ok(mut con) => {
+                    let id: redis::RedisResult<String> =
+                        redis::cmd("CLUSTER").arg("MYID").query(&mut con);
+                    return match id {
+                        Ok(_) => Ok(con),
+                        Err(e) if e.kind() == redis::ErrorKind::Io => {
+                            Err(self.error(format!("cannot connect to {addr}"), e))
+                        }
+                        Err(_) => Err(Unavailable(format!(
+                            "{addr} is not in cluster mode: several hosts in one redis:// URL \
+                             are seed nodes of one Redis Cluster (independent servers are \
+                             Redlock: one --url each)"
+                        ))
+                        .into()),
+                    };
+                }
+                Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_refusal() => {
+                    last = Some((addr, e));
+                }
+                Err(e) => return Err(self.error(format!("cannot connect to {addr}"), e)),
+            }
+        }
+        let (addr, e) = last.expect("one seed at least");
+        Err(self.error(
+            format!("cannot connect to {addr} (nor to the seeds before it)"),
+            e,
+        ))
     }
 }
 
@@ -155,7 +244,8 @@ pub(super) fn scan_keys(con: &mut Connection) -> redis::RedisResult<Vec<Key>> {
             let key = SUFFIXES
                 .iter()
                 .find_map(|s| rest.strip_suffix(s))
-                .and_then(|k| Key::new(k).ok());
+                .and_then(untag)
+                .and_then(|k| Key::new(&k).ok());
             keys.extend(key);
         }
         if next == 0 || keys.len() >= super::MAX_LISTED {
@@ -163,6 +253,23 @@ pub(super) fn scan_keys(con: &mut Connection) -> redis::RedisResult<Vec<Key>> {
         }
         cursor = next;
     }
+}
+
+/// `host:port` of each primary that serves slots, from `CLUSTER NODES` (`id host:port@bus[,name]
+/// flags master-id ping pong epoch state slots…`).
+fn cluster_primaries(nodes: &str) -> Vec<String> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_ascii_whitespace().collect();
+            let flags = f.get(2)?;
+            let serving = f.len() > 8 && f[7] == "connected";
+            let primary = flags.split(',').any(|x| x == "master")
+                && !flags.split(',').any(|x| x == "fail" || x == "noaddr");
+            let addr = f.get(1)?.split(['@', ',']).next()?;
+            (serving && primary).then(|| addr.to_string())
+        })
+        .collect()
 }
 
 /// The names of one lock's keys.
@@ -181,10 +288,12 @@ pub(super) struct Keys {
 }
 
 impl Keys {
-    /// All keys start with `dlock:{KEY`, so they share a hash tag whatever KEY contains, and the
-    /// suffixes end in distinct characters, so no key of one lock is a key of another.
+    /// All keys start with `dlock:{TAG}`, so they hash to one Cluster slot, and the suffixes
+    /// end in distinct characters, so no key of one lock is a key of another. TAG is KEY when
+    /// it has no `}` and no `%` (then the lock is `dlock:{KEY}`, the name applications use);
+    /// otherwise KEY with `%` written `%25` and `}` written `%7D` (see [`tag`]).
     pub(super) fn new(key: &Key) -> Keys {
-        let lock = format!("dlock:{{{key}}}");
+        let lock = format!("dlock:{{{}}}", tag(key.as_str()));
         Keys {
             fence: format!("{lock}:fence"),
             owner: format!("{lock}:owner"),
@@ -210,6 +319,38 @@ impl Keys {
             .arg(&self.wwait);
         cmd
     }
+}
+
+/// The hash tag of a key: the key itself unless it holds `}` (which would end the tag early:
+/// `}x` would leave an empty tag, and Redis would hash each of the lock's keys whole, to
+/// different slots) or `%`; then %-escaped. Escaped tags always hold a `%` and plain ones never
+/// do, so no two keys share a tag; the tag is never empty (a key is not).
+pub(super) fn tag(key: &str) -> std::borrow::Cow<'_, str> {
+    if !key.contains(['}', '%']) {
+        return key.into();
+    }
+    key.replace('%', "%25").replace('}', "%7D").into()
+}
+
+/// The key of a hash tag (see [`tag`]); `None` for a tag no key has.
+pub(super) fn untag(tag: &str) -> Option<String> {
+    if !tag.contains('%') {
+        return Some(tag.to_string());
+    }
+    let mut key = String::with_capacity(tag.len());
+    let mut rest = tag;
+    while let Some(at) = rest.find('%') {
+        key.push_str(&rest[..at]);
+        let c = match rest.get(at + 1..at + 3)? {
+            "25" => '%',
+            "7D" => '}',
+            _ => return None,
+        };
+        key.push(c);
+        rest = &rest[at + 3..];
+    }
+    key.push_str(rest);
+    Some(key)
 }
 
 /// A fresh random 128-bit token, as hex.
@@ -365,7 +506,22 @@ pub(super) fn mismatch(req: &Request<'_>, theirs: i64) -> anyhow::Error {
 impl Backend for RedisBackend {
     fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
         let mut con = self.node.connect(COMMAND_TIMEOUT)?;
-        scan_keys(&mut con).map_err(|e| self.node.error(self.node.addr.clone(), e))
+        // A cluster's locks are spread over its primaries: scan each (a server that is not a
+        // cluster refuses CLUSTER NODES).
+        let nodes: redis::RedisResult<String> = redis::cmd("CLUSTER").arg("NODES").query(&mut con);
+        let Ok(nodes) = nodes else {
+            return scan_keys(&mut con).map_err(|e| self.node.error(self.node.addr.clone(), e));
+        };
+        let mut keys = std::collections::BTreeSet::new();
+        for primary in cluster_primaries(&nodes) {
+            let Some(addr) = conn::addr_like(self.node.info.addr(), &primary) else {
+                continue;
+            };
+            let node = self.node.at(&addr);
+            let mut con = node.connect(COMMAND_TIMEOUT)?;
+            keys.extend(scan_keys(&mut con).map_err(|e| node.error(node.addr.clone(), e))?);
+        }
+        Ok(keys.into_iter().take(super::MAX_LISTED).collect())
     }
 
     fn kind(&self) -> BackendKind {
@@ -459,10 +615,12 @@ impl Backend for RedisBackend {
                 block = block.min(Duration::from_millis(value as u64) + jitter);
             }
             if waiter.is_none() {
-                waiter = Some(Waiter::new(&self.node)?);
+                // On the server that answered the acquire (a cluster's slot owner): the
+                // wake-up list is there, and so must be CLIENT UNBLOCK.
+                waiter = Some(Waiter::new(&self.node.at(con.addr()))?);
             }
             let w = waiter.as_mut().expect("set above");
-            let node = self.node.clone();
+            let node = w.node.clone();
             let id = w.id;
             let blocked = crate::signals::Blocked::new();
             let unblocker = std::sync::Mutex::new(None::<Connection>);
@@ -583,18 +741,21 @@ fn forget_waiter(con: &mut Connection, keys: &Keys, token: &str) {
 /// The connection a waiter blocks on (never the lock's own connection).
 struct Waiter {
     con: Connection,
-    /// `CLIENT ID`, for `CLIENT UNBLOCK`.
+    /// The server it is connected to.
+    node: Node,
+    /// `CLIENT ID` there, for `CLIENT UNBLOCK`.
     id: i64,
 }
 
 impl Waiter {
     fn new(node: &Node) -> anyhow::Result<Waiter> {
         let mut con = node.connect(COMMAND_TIMEOUT)?;
-        let id = redis::cmd("CLIENT")
-            .arg("ID")
-            .query(&mut con)
-            .map_err(|e| node.error(node.addr.clone(), e))?;
-        Ok(Waiter { con, id })
+        let id = client_id(&mut con).map_err(|e| node.error(node.addr.clone(), e))?;
+        Ok(Waiter {
+            con,
+            node: node.clone(),
+            id,
+        })
     }
 
     /// BLPOP the wake-up list for at most `d`.
@@ -606,8 +767,18 @@ impl Waiter {
             .arg(signal)
             .arg(secs.max(0.001))
             .query(&mut self.con)?;
+        if self.con.addr().to_string() != self.node.addr {
+            // The slot moved and the BLPOP followed it: CLIENT UNBLOCK must go there now.
+            self.node = self.node.at(self.con.addr());
+            self.con.set_read_timeout(Some(COMMAND_TIMEOUT))?;
+            self.id = client_id(&mut self.con)?;
+        }
         Ok(())
     }
+}
+
+fn client_id(con: &mut Connection) -> redis::RedisResult<i64> {
+    redis::cmd("CLIENT").arg("ID").query(con)
 }
 
 /// A held Redis lock.
@@ -713,5 +884,41 @@ impl Lease for RedisLease {
             .invoke(con)
             .map_err(|e| anyhow::anyhow!("{addr}: {e}"))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_has_a_nonempty_tag_of_its_own() {
+        for key in [
+            "job", "}x", "{}", "a}b{c", "%", "a%7Db", "%}", "%257D", "{", "x{y",
+        ] {
+            let t = tag(key);
+            assert!(!t.is_empty() && !t.contains('}'), "{key}: {t}");
+            assert_eq!(untag(&t).as_deref(), Some(key), "{key}");
+        }
+        assert_eq!(tag("job"), "job");
+        assert_eq!(tag("}x"), "%7Dx");
+        assert_eq!(tag("a%7Db"), "a%257Db");
+        assert_ne!(tag("}"), tag("%7D"));
+        assert_eq!(untag("%zz"), None);
+    }
+
+    #[test]
+    fn several_hosts_are_seeds() {
+        assert_eq!(
+            split_seeds("redis://u:p@a:1,b:2,c/3"),
+            (
+                "redis://u:p@a:1/3".to_string(),
+                vec!["b:2".into(), "c".into()]
+            )
+        );
+        assert_eq!(split_seeds("rediss://a:1"), ("rediss://a:1".into(), vec![]));
+        let n = Node::parse("redis://:pw@127.0.0.1:7000,127.0.0.1:7001,localhost").unwrap();
+        assert_eq!(n.addr, "127.0.0.1:7000,127.0.0.1:7001,localhost:6379");
+        assert!(Node::parse("redis://a:1,b:x").is_err());
     }
 }

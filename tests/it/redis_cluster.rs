@@ -1,0 +1,135 @@
+//! The redis backend on a Redis Cluster of three primaries, always through the URL of node 0:
+//! two keys in three live on another node, so the suites run through MOVED redirections.
+
+use std::time::Duration;
+
+use crate::servers::shared_redis_cluster;
+use crate::util::*;
+
+crate::conformance!(match shared_redis_cluster() {
+    Some(c) => TestBackend::redis(&c.url(0)),
+    None => return,
+});
+
+/// Shared locks, semaphores, several keys (in different slots: each on its own node) and nested
+/// runs.
+mod modes {
+    use super::*;
+
+    crate::modes!(match shared_redis_cluster() {
+        Some(c) => TestBackend::redis(&c.url(0)),
+        None => return,
+    });
+}
+
+/// A key whose slot node 0 does not own, and keys whose `}` would end the hash tag early (`}x`
+/// left an empty tag: CROSSSLOT, exit 69): each mode runs, `status` and `break` find them, and
+/// `status` without a key lists locks held on every node.
+#[test]
+fn keys_elsewhere_and_keys_with_braces() {
+    let Some(c) = shared_redis_cluster() else {
+        return;
+    };
+    let b = TestBackend::redis(&c.url(0));
+    let elsewhere = (0..)
+        .map(|_| unique_key("elsewhere"))
+        .find(|k| c.owner(&format!("dlock:{{{k}}}")) != 0)
+        .unwrap();
+    let dir = scratch("cluster-keys");
+    let keys = [
+        elsewhere,
+        format!("}}x-{}", unique_key("brace")),
+        format!("{{}}-{}", unique_key("braces")),
+        format!("a}}b%7D-{}", unique_key("escape")),
+    ];
+    for key in &keys {
+        for mode in [&[][..], &["--shared"], &["--limit", "2"]] {
+            let out = run_ok(&mut b.run(key, mode, &sh("printf %s \"$DLOCK_FENCING_TOKEN\"")));
+            assert!(
+                String::from_utf8(out.stdout)
+                    .unwrap()
+                    .parse::<u64>()
+                    .is_ok(),
+                "{key} {mode:?}"
+            );
+            run_ok(b.cmd("break").args(["--key", key]));
+        }
+    }
+    let mut holders: Vec<Proc> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, key)| b.holding(key, &[], &dir.join(format!("held-{i}"))))
+        .collect();
+    let listed = run_ok(b.cmd("status").arg("--json"));
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    for key in &keys {
+        let st = b.status(key);
+        assert_eq!(st["held"], true, "{key}: {st}");
+        assert!(
+            listed
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["key"] == key.as_str()),
+            "{key} not listed: {listed}"
+        );
+        run_code(&mut b.run(key, &["--no-wait"], &["true"]), 75);
+    }
+    for h in &mut holders {
+        h.close_stdin();
+    }
+    for h in holders {
+        let (out, _) = h.wait(Duration::from_secs(10));
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+}
+
+/// The slot of a held lock migrates to another node (IMPORTING/MIGRATING, MIGRATE, SETSLOT
+/// NODE): the holder's renewals follow it and it keeps the lock; a waiter queued before the
+/// move still gets the lock when the holder lets go; nobody holds beside the holder meanwhile.
+#[test]
+fn slot_migrated_while_held() {
+    let Some(c) = shared_redis_cluster() else {
+        return;
+    };
+    let b = TestBackend::redis(&c.url(0));
+    let key = unique_key("migrate");
+    let name = format!("dlock:{{{key}}}");
+    let dir = scratch("cluster-migrate");
+    let mut holder = b.holding(&key, &[], &dir.join("held"));
+    let ran = dir.join("waiter-ran");
+    let waiter = Proc::spawn(&mut b.run(
+        &key,
+        &["--wait", "30s"],
+        &sh(&format!("touch {}", ran.display())),
+    ));
+    crate::conformance::wait_until_waiting(&b, &key, 1);
+    let from = c.owner(&name);
+    c.migrate_slot_of(&name, (from + 1) % c.nodes.len());
+    assert_ne!(c.owner(&name), from);
+    // Renewals every ttl/3: several of them land on the new owner.
+    std::thread::sleep(b.ttl * 2);
+    assert!(!ran.exists(), "the waiter ran beside the holder");
+    assert_eq!(b.status(&key)["held"], true);
+    run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
+    holder.close_stdin();
+    let (out, _) = holder.wait(Duration::from_secs(10));
+    assert!(out.status.success(), "holder: {}", describe(&out));
+    let (out, _) = waiter.wait(Duration::from_secs(15));
+    assert!(out.status.success(), "waiter: {}", describe(&out));
+    assert!(ran.exists());
+}
+
+#[test]
+fn bench_measures_and_leaves_nothing_behind() {
+    let Some(c) = shared_redis_cluster() else {
+        return;
+    };
+    crate::bench::measures_and_leaves_nothing_behind(&TestBackend::redis(&c.url(0)), &|| {
+        let mut keys: Vec<String> = (0..c.nodes.len())
+            .flat_map(|i| crate::bench::redis_leftovers(&c.url(i)))
+            .collect();
+        keys.sort();
+        keys
+    });
+}
