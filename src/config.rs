@@ -88,7 +88,9 @@ impl BackendKind {
     fn from_scheme(scheme: &str) -> Option<BackendKind> {
         Some(match scheme.to_ascii_lowercase().as_str() {
             "file" => BackendKind::File,
-            "redis" | "rediss" | "redis+unix" | "unix" => BackendKind::Redis,
+            "redis" | "rediss" | "redis+unix" | "unix" | "redis-sentinel" | "rediss-sentinel" => {
+                BackendKind::Redis
+            }
             "zk" | "zookeeper" => BackendKind::Zookeeper,
             "mysql" | "mariadb" => BackendKind::Mysql,
             "postgres" | "postgresql" => BackendKind::Postgres,

@@ -93,6 +93,17 @@ impl Redlock {
             .iter()
             .map(|u| Node::parse(u))
             .collect::<Result<Vec<_>, _>>()?;
+        if nodes
+            .iter()
+            .any(|n| n.min_replicas > 0 || n.sentinel.is_some() || !n.seeds.is_empty())
+        {
+            return Err(Usage(
+                "Redlock takes one plain server per --url (no min-replicas, Sentinel or \
+                 cluster seeds)"
+                    .into(),
+            )
+            .into());
+        }
         Ok(Redlock { nodes })
     }
 

@@ -15,6 +15,7 @@ mod partition;
 mod postgres;
 mod redis;
 mod redis_cluster;
+mod redis_sentinel;
 mod redlock;
 mod servers;
 mod util;

@@ -221,7 +221,17 @@ impl Redis {
 
     /// Starts the server and waits until it answers; false if it exited (port taken).
     fn launch(&mut self) -> bool {
+        self.launch_from(Command::new("redis-server"))
+    }
+
+    /// [`Redis::launch`] with a configuration file first (a sentinel's: it rewrites it).
+    fn launch_with_conf(&mut self, conf: &std::path::Path) -> bool {
         let mut cmd = Command::new("redis-server");
+        cmd.arg(conf);
+        self.launch_from(cmd)
+    }
+
+    fn launch_from(&mut self, mut cmd: Command) -> bool {
         cmd.args([
             "--port",
             &self.port.to_string(),
@@ -483,6 +493,132 @@ fn cluster_port() -> u16 {
             return p;
         }
     }
+}
+
+/// A primary, a replica and three sentinels on loopback, the primary named `dlockp`.
+pub(crate) struct RedisSentinel {
+    pub(crate) servers: Vec<Redis>,
+    pub(crate) sentinels: Vec<Redis>,
+}
+
+impl RedisSentinel {
+    pub(crate) fn start() -> Option<RedisSentinel> {
+        if !available("redis-server") || !available("redis-cli") {
+            return None;
+        }
+        let primary = Redis::start(&[])?;
+        let replica_of = ["--replicaof", "127.0.0.1", &primary.port.to_string()];
+        let replica = Redis::start(&replica_of)?;
+        let mut sentinels = Vec::new();
+        for _ in 0..3 {
+            for attempt in 1.. {
+                let mut r = Redis {
+                    port: free_port(),
+                    dir: scratch("redis-sentinel"),
+                    child: None,
+                    extra: Vec::new(),
+                };
+                let conf = r.dir.join("sentinel.conf");
+                std::fs::write(
+                    &conf,
+                    format!(
+                        "sentinel monitor dlockp 127.0.0.1 {p} 2\n\
+                         sentinel down-after-milliseconds dlockp 2000\n\
+                         sentinel failover-timeout dlockp 10000\n",
+                        p = primary.port
+                    ),
+                )
+                .unwrap();
+                // The config file comes first; launch() adds --port and the rest.
+                r.extra = vec!["--sentinel".into()];
+                if r.launch_with_conf(&conf) {
+                    sentinels.push(r);
+                    break;
+                }
+                assert!(attempt < 3, "a sentinel exited at start, 3 times");
+            }
+        }
+        let s = RedisSentinel {
+            servers: vec![primary, replica],
+            sentinels,
+        };
+        // Ready when every sentinel knows the replica (a failover needs one) and the other
+        // sentinels (a quorum), and the replica is in sync.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = s.sentinels.iter().all(|x| {
+                let m = x.cli(&["SENTINEL", "MASTER", "dlockp"]);
+                let field = |name: &str| {
+                    let lines: Vec<&str> = m.lines().collect();
+                    lines
+                        .iter()
+                        .position(|l| *l == name)
+                        .and_then(|i| lines.get(i + 1))
+                        .map(|v| v.to_string())
+                        .unwrap_or_default()
+                };
+                field("num-slaves") == "1" && field("num-other-sentinels") == "2"
+            }) && s.servers[1]
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up");
+            if ready {
+                return Some(s);
+            }
+            assert!(Instant::now() < deadline, "sentinels not ready after 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `redis-sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3#dlockp`
+    pub(crate) fn url(&self) -> String {
+        let s: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|x| format!("127.0.0.1:{}", x.port))
+            .collect();
+        format!("redis-sentinel://{}#dlockp", s.join(","))
+    }
+
+    /// The port of the primary the first sentinel names.
+    pub(crate) fn primary_port(&self) -> u16 {
+        let out = self.sentinels[0].cli(&["SENTINEL", "get-master-addr-by-name", "dlockp"]);
+        out.lines().nth(1).unwrap_or_default().parse().unwrap_or(0)
+    }
+
+    /// `SENTINEL FAILOVER`, then waits until every sentinel names the other server and it says
+    /// it is a primary.
+    pub(crate) fn failover(&self) {
+        let before = self.primary_port();
+        let out = self.sentinels[0].cli(&["SENTINEL", "FAILOVER", "dlockp"]);
+        assert_eq!(out, "OK", "SENTINEL FAILOVER: {out}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let named: Vec<String> = self
+                .sentinels
+                .iter()
+                .map(|x| x.cli(&["SENTINEL", "get-master-addr-by-name", "dlockp"]))
+                .collect();
+            let now = self.primary_port();
+            let new = self.servers.iter().find(|r| r.port == now);
+            if now != before
+                && named.iter().all(|n| n == &named[0])
+                && new.is_some_and(|r| r.cli(&["ROLE"]).starts_with("master"))
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no failover after 30 s: {named:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// The shared Sentinel set-up of this test binary (never failed over).
+pub(crate) fn shared_redis_sentinel() -> Option<&'static RedisSentinel> {
+    static SHARED: OnceLock<Option<RedisSentinel>> = OnceLock::new();
+    SHARED.get_or_init(|| aged(RedisSentinel::start())).as_ref()
 }
 
 /// The shared cluster of this test binary.

@@ -73,6 +73,116 @@ pub(super) struct Node {
     pub(super) reach: Reach,
     /// host:port (every seed's, comma-separated) or socket path, without credentials.
     pub(super) addr: String,
+    /// Sentinels that name the primary (`redis-sentinel://`): every connection asks them.
+    pub(super) sentinel: Option<Sentinels>,
+    /// `?min-replicas=N`: replicas that must acknowledge a grant (`WAIT`) before it counts.
+    pub(super) min_replicas: u32,
+}
+
+/// `url` without its `min-replicas=N` query parameter, and N (0 without it).
+fn take_min_replicas(url: &str) -> Result<(String, u32), String> {
+    let (head, frag) = match url.find('#') {
+        Some(i) => url.split_at(i),
+        None => (url, ""),
+    };
+    let Some((base, query)) = head.split_once('?') else {
+        return Ok((url.to_string(), 0));
+    };
+    let mut n = 0;
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        match pair.strip_prefix("min-replicas=") {
+            Some(v) => {
+                n = v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=100).contains(n))
+                    .ok_or_else(|| format!("min-replicas={v}: a number of replicas, 1 to 100"))?;
+            }
+            None => kept.push(pair),
+        }
+    }
+    let query = if kept.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", kept.join("&"))
+    };
+    Ok((format!("{base}{query}{frag}"), n))
+}
+
+/// The sentinels of a primary: `info` is the primary's settings at the first sentinel's address.
+#[derive(Clone)]
+pub(super) struct Sentinels {
+    addrs: Vec<redis::ConnectionAddr>,
+    name: String,
+}
+
+impl Sentinels {
+    /// How to reach the sentinel `at`: the primary's TLS settings, without its credentials and
+    /// database (they are the primary's).
+    fn info(&self, primary: &ConnectionInfo, at: &redis::ConnectionAddr) -> ConnectionInfo {
+        primary
+            .clone()
+            .set_addr(at.clone())
+            .set_redis_settings(redis::RedisConnectionInfo::default())
+    }
+
+    /// The primary a sentinel names now.
+    fn named(&self, sentinel: &mut Connection) -> redis::RedisResult<Option<(String, u16)>> {
+        redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&self.name)
+            .query(sentinel)
+    }
+
+    /// The primary other than `addr` that a sentinel answering within `limit` names, if any:
+    /// a failover moved the primary (its old self may still accept writes for a while).
+    fn moved_from(
+        &self,
+        primary: &ConnectionInfo,
+        addr: &redis::ConnectionAddr,
+        limit: Duration,
+    ) -> Option<redis::ConnectionAddr> {
+        let here = addr.to_string();
+        self.addrs.iter().find_map(|at| {
+            Connection::open(&self.info(primary, at), limit, limit)
+                .and_then(|mut c| self.named(&mut c))
+                .ok()
+                .flatten()
+                .and_then(|(h, p)| conn::addr_like(addr, &format!("{h}:{p}")))
+                .filter(|named| named.to_string() != here)
+        })
+    }
+}
+
+/// `redis-sentinel://[user:pass@]host[:26379][,host…][/db]#primary` (`rediss-sentinel://`: TLS
+/// to the sentinels and the primary): the `redis://` URL of the first sentinel, the others and
+/// the primary's name.
+fn parse_sentinel(url: &str) -> Option<(String, Vec<String>, String)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let plain = match scheme.to_ascii_lowercase().as_str() {
+        "redis-sentinel" => "redis",
+        "rediss-sentinel" => "rediss",
+        _ => return None,
+    };
+    let (rest, name) = rest.rsplit_once('#').unwrap_or((rest, ""));
+    let (first, others) = split_seeds(&format!("{plain}://{rest}"));
+    let first = match first.split_once("://").map(|(_, r)| r) {
+        // The sentinels' default port.
+        Some(r)
+            if !r
+                .split(['/', '?'])
+                .next()?
+                .rsplit('@')
+                .next()?
+                .contains(':') =>
+        {
+            let (auth_host, tail) = r.split_at(r.find(['/', '?']).unwrap_or(r.len()));
+            format!("{plain}://{auth_host}:26379{tail}")
+        }
+        _ => first,
+    };
+    Some((first, others, name.to_string()))
 }
 
 /// `redis://[auth@]h1[:p1],h2[:p2]…[/db]`: the URL with the first host, and the others.
@@ -93,16 +203,33 @@ fn split_seeds(url: &str) -> (String, Vec<String>) {
 }
 
 impl Node {
-    pub(super) fn parse(url: &str) -> Result<Node, Usage> {
-        let bad = |e: redis::RedisError| Usage(format!("bad redis URL '{}': {e}", redact(url)));
-        let (first, others) = split_seeds(url);
+    pub(super) fn parse(full: &str) -> Result<Node, Usage> {
+        let bad = |e: redis::RedisError| Usage(format!("bad redis URL '{}': {e}", redact(full)));
+        let (url, min_replicas) = take_min_replicas(full)
+            .map_err(|why| Usage(format!("bad redis URL '{}': {why}", redact(full))))?;
+        let url = url.as_str();
+        let sentinel = parse_sentinel(url);
+        let (first, others) = match &sentinel {
+            Some((first, others, name)) => {
+                if name.is_empty() {
+                    return Err(Usage(format!(
+                        "bad redis URL '{}': a Sentinel URL names its primary after '#' \
+                         (redis-sentinel://host:26379#mymaster)",
+                        redact(url)
+                    )));
+                }
+                (first.clone(), others.clone())
+            }
+            None => split_seeds(url),
+        };
+        let default_port = if sentinel.is_some() { 26379 } else { 6379 };
         let info = first.as_str().into_connection_info().map_err(bad)?;
         let mut seeds = Vec::new();
         for host in &others {
             let host = if host.contains(':') {
                 host.clone()
             } else {
-                format!("{host}:6379")
+                format!("{host}:{default_port}")
             };
             let seed = conn::addr_like(info.addr(), &host).ok_or_else(|| {
                 Usage(format!(
@@ -121,17 +248,76 @@ impl Node {
                 redact(url)
             )));
         }
-        let addr = std::iter::once(info.addr())
+        let mut addr = std::iter::once(info.addr())
             .chain(&seeds)
             .map(|a| a.to_string())
             .collect::<Vec<_>>()
             .join(",");
+        let sentinel = sentinel.map(|(_, _, name)| {
+            addr = format!("sentinel {addr} #{name}");
+            Sentinels {
+                addrs: std::iter::once(info.addr().clone())
+                    .chain(std::mem::take(&mut seeds))
+                    .collect(),
+                name,
+            }
+        });
         Ok(Node {
             info,
             seeds,
             addr,
             reach: Reach::default(),
+            sentinel,
+            min_replicas,
         })
+    }
+
+    /// A connection to the primary the sentinels name now, checked with `ROLE` (a sentinel
+    /// that has not seen a failover yet names the old one, now a replica).
+    fn primary(
+        &self,
+        s: &Sentinels,
+        connect: Duration,
+        timeout: Duration,
+    ) -> anyhow::Result<(Connection, Connection)> {
+        let mut why = String::new();
+        for at in &s.addrs {
+            let named = Connection::open(&s.info(&self.info, at), connect, timeout)
+                .and_then(|mut c| Ok((s.named(&mut c)?, c)));
+            let ((host, port), sentinel) = match named {
+                Ok((Some(hp), c)) => (hp, c),
+                Ok((None, _)) => {
+                    why = format!("sentinel {at} does not know a primary named '{}'", s.name);
+                    continue;
+                }
+                Err(e) => {
+                    why = format!("sentinel {at}: {e}");
+                    continue;
+                }
+            };
+            let Some(primary) = conn::addr_like(self.info.addr(), &format!("{host}:{port}")) else {
+                continue;
+            };
+            let mut con = match Connection::open(
+                &self.info.clone().set_addr(primary.clone()),
+                connect,
+                timeout,
+            ) {
+                Ok(c) => c,
+                Err(e) => {
+                    why = format!("primary {primary} (from sentinel {at}): {e}");
+                    continue;
+                }
+            };
+            if is_primary(&mut con) {
+                return Ok((con, sentinel));
+            }
+            why = format!(
+                "{primary}, named by sentinel {at}, is not a primary (a failover under way?)"
+            );
+        }
+        let e = redis::RedisError::from(std::io::Error::other(why));
+        Err(self.error(format!("no primary '{}' through {}", s.name, self.addr), e))
     }
 
     /// This server's settings (credentials, TLS, database) at another address: where a
@@ -142,6 +328,8 @@ impl Node {
             seeds: Vec::new(),
             reach: self.reach.clone(),
             addr: addr.to_string(),
+            sentinel: None,
+            min_replicas: self.min_replicas,
         }
     }
 
@@ -156,6 +344,9 @@ impl Node {
         connect: Duration,
         timeout: Duration,
     ) -> anyhow::Result<Connection> {
+        if let Some(s) = &self.sentinel {
+            return Ok(self.primary(s, connect, timeout)?.0);
+        }
         if self.seeds.is_empty() {
             return Connection::open(&self.info, connect, timeout)
                 .map_err(|e| self.error(format!("cannot connect to {}", self.addr), e));
@@ -202,10 +393,17 @@ impl Node {
     /// connected: a TCP connect succeeds against a TLS port given a plain `redis://` URL, and
     /// that misconfiguration must fail, not be retried forever.)
     pub(super) fn error(&self, doing: String, e: redis::RedisError) -> anyhow::Error {
+        // A primary demoted by a failover answers writes READONLY and ends blocked commands
+        // UNBLOCKED; a cluster or replica in transition says so too: all pass, like an outage.
+        let failover = matches!(
+            e.code(),
+            Some("READONLY" | "UNBLOCKED" | "MASTERDOWN" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN")
+        );
         let transport = e.is_io_error()
             || e.is_timeout()
             || e.is_connection_dropped()
-            || e.is_connection_refusal();
+            || e.is_connection_refusal()
+            || failover;
         if transport {
             self.reach.transport_error(format!("{doing}: {e}"))
         } else {
@@ -253,6 +451,13 @@ pub(super) fn scan_keys(con: &mut Connection) -> redis::RedisResult<Vec<Key>> {
         }
         cursor = next;
     }
+}
+
+/// Whether the server says it is a primary (`ROLE`).
+fn is_primary(con: &mut Connection) -> bool {
+    let role: redis::RedisResult<redis::Value> = redis::cmd("ROLE").query(con);
+    matches!(role, Ok(redis::Value::Array(v))
+        if matches!(v.first(), Some(redis::Value::BulkString(r)) if r == b"master"))
 }
 
 /// `host:port` of each primary that serves slots, from `CLUSTER NODES` (`id host:port@bus[,name]
@@ -402,6 +607,41 @@ impl RedisBackend {
         serde_json::from_str(&meta?).ok()
     }
 
+    /// `?min-replicas=N`: waits (`WAIT N`, at most a third of the TTL and 1 s) until N replicas
+    /// have the grant; if fewer do, gives the lock back and fails as an outage (a waiting run
+    /// tries again within --wait; with --no-wait, exit 69).
+    fn replicated(
+        &self,
+        con: &mut Connection,
+        keys: &Keys,
+        token: &str,
+        req: &Request<'_>,
+    ) -> anyhow::Result<()> {
+        let want = self.node.min_replicas;
+        let limit = (req.ttl / 3).min(Duration::from_secs(1));
+        con.set_read_timeout(Some(limit + COMMAND_TIMEOUT))?;
+        let acked: redis::RedisResult<u32> = redis::cmd("WAIT")
+            .arg(want)
+            .arg(limit.as_millis().max(1) as u64)
+            .query(con);
+        con.set_read_timeout(Some(COMMAND_TIMEOUT.min(req.ttl / 3)))?;
+        let why = match acked {
+            Ok(n) if n >= want => return Ok(()),
+            Ok(n) => format!(
+                "only {n} of the {want} replicas required (min-replicas) acknowledged the lock \
+                 within {}ms; gave it back",
+                limit.as_millis()
+            ),
+            Err(e) => format!("WAIT: {e}"),
+        };
+        let _: redis::RedisResult<i64> = if req.mode == Mode::Exclusive {
+            release_script(keys, token).invoke(con)
+        } else {
+            release_shared_script(keys, token, req.mode).invoke(con)
+        };
+        Err(crate::exit::Outage(format!("{}: {why}", self.node.addr)).into())
+    }
+
     /// Best effort, after a lost reply: if the lock is ours after all, give it back.
     /// Gives back what `token` may hold. After a signal, briefly: a server that answers
     /// releases in a millisecond, and one that does not must not hold up the exit.
@@ -541,7 +781,17 @@ impl Backend for RedisBackend {
         let token = token()?;
         let meta = serde_json::to_string(req.holder)?;
         let ttl_ms = req.ttl.as_millis() as u64;
-        let mut con = self.node.connect(COMMAND_TIMEOUT.min(req.ttl / 3))?;
+        let timeout = COMMAND_TIMEOUT.min(req.ttl / 3);
+        // Through Sentinel, the sentinel that named the primary is asked again once the lock is
+        // granted: if it names another one now, a failover is under way and the old primary's
+        // grant is worth nothing (the new one may grant the lock to someone else).
+        let (mut con, mut sentinel) = match &self.node.sentinel {
+            Some(s) => {
+                let (c, s) = self.node.primary(s, CONNECT_TIMEOUT, timeout)?;
+                (c, Some(s))
+            }
+            None => (self.node.connect(timeout)?, None),
+        };
         let mut waiter: Option<Waiter> = None;
         let mut told_holder = false;
         loop {
@@ -581,6 +831,28 @@ impl Backend for RedisBackend {
                 return Err(mismatch(req, value));
             }
             if acquired == 1 {
+                if let (Some(s), Some(sc)) = (&self.node.sentinel, sentinel.as_mut()) {
+                    let named = s.named(sc).ok().flatten();
+                    let here = con.addr().clone();
+                    let same = named
+                        .and_then(|(h, p)| conn::addr_like(&here, &format!("{h}:{p}")))
+                        .is_some_and(|n| n.to_string() == here.to_string());
+                    if !same {
+                        let _: redis::RedisResult<i64> = if req.mode == Mode::Exclusive {
+                            release_script(&keys, &token).invoke(&mut con)
+                        } else {
+                            release_shared_script(&keys, &token, req.mode).invoke(&mut con)
+                        };
+                        return Err(crate::exit::Outage(format!(
+                            "{}: the sentinels no longer name {here} the primary (a failover)",
+                            self.node.addr
+                        ))
+                        .into());
+                    }
+                }
+                if self.node.min_replicas > 0 {
+                    self.replicated(&mut con, &keys, &token, req)?;
+                }
                 let held_back_until = young.and_then(|up| super::hold_back_until(up, req.ttl));
                 return Ok(Box::new(RedisLease {
                     node: self.node.clone(),
@@ -852,6 +1124,25 @@ impl Lease for RedisLease {
         };
         inv.arg(&self.token).arg(self.ttl.as_millis() as u64);
         let addr = self.node.addr.clone();
+        if let (Some(s), Some(con)) = (&self.node.sentinel, &self.con) {
+            // A failover moved the primary: renew on the one a sentinel names now (never back
+            // on the old one), which keeps the lock only if it has this holder's token
+            // (replicated before the switch).
+            let limit = (self.ttl / 6).min(COMMAND_TIMEOUT);
+            if let Some(new) = s.moved_from(&self.node.info, con.addr(), limit) {
+                self.con = None;
+                let node = self.node.at(&new);
+                let mut c = node
+                    .connect(COMMAND_TIMEOUT.min(self.ttl / 3))
+                    .map_err(RenewError::Failed)?;
+                if !is_primary(&mut c) {
+                    return Err(RenewError::Failed(anyhow::anyhow!(
+                        "{new}, named by a sentinel, is not a primary yet"
+                    )));
+                }
+                self.con = Some(c);
+            }
+        }
         let con = self.con().map_err(RenewError::Failed)?;
         let reply: redis::RedisResult<i64> = inv.invoke(con);
         match reply {
@@ -920,5 +1211,46 @@ mod tests {
         let n = Node::parse("redis://:pw@127.0.0.1:7000,127.0.0.1:7001,localhost").unwrap();
         assert_eq!(n.addr, "127.0.0.1:7000,127.0.0.1:7001,localhost:6379");
         assert!(Node::parse("redis://a:1,b:x").is_err());
+    }
+
+    #[test]
+    fn min_replicas_is_dlocks_parameter() {
+        assert_eq!(
+            take_min_replicas("redis://h/1?min-replicas=2#x"),
+            Ok(("redis://h/1#x".to_string(), 2))
+        );
+        assert_eq!(
+            take_min_replicas("redis://h?protocol=resp3&min-replicas=1"),
+            Ok(("redis://h?protocol=resp3".to_string(), 1))
+        );
+        assert_eq!(take_min_replicas("redis://h"), Ok(("redis://h".into(), 0)));
+        assert!(take_min_replicas("redis://h?min-replicas=0").is_err());
+        assert!(take_min_replicas("redis://h?min-replicas=x").is_err());
+        assert_eq!(
+            Node::parse("redis://h?min-replicas=3")
+                .unwrap()
+                .min_replicas,
+            3
+        );
+    }
+
+    #[test]
+    fn sentinel_urls() {
+        let n = Node::parse("redis-sentinel://:pw@s1,s2:26380/2#prim").unwrap();
+        assert_eq!(n.addr, "sentinel s1:26379,s2:26380 #prim");
+        let s = n.sentinel.as_ref().unwrap();
+        assert_eq!((s.addrs.len(), s.name.as_str()), (2, "prim"));
+        assert!(n.seeds.is_empty());
+        assert_eq!(n.info.redis_settings().db(), 2);
+        assert_eq!(n.info.redis_settings().password(), Some("pw"));
+        assert!(
+            Node::parse("redis-sentinel://s1:26379").is_err(),
+            "no primary name"
+        );
+        let t = Node::parse("rediss-sentinel://s1:1#p").unwrap();
+        assert!(matches!(
+            t.info.addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        ));
     }
 }
