@@ -117,3 +117,14 @@ fn min_replicas_waits_for_the_replica() {
     run_ok(&mut with(1).run(&key, &["--wait", "10s"], &cmd));
     assert!(ran.exists());
 }
+
+#[test]
+fn bench_measures_and_leaves_nothing_behind() {
+    let Some(s) = shared_redis_sentinel() else {
+        return;
+    };
+    let primary = format!("redis://127.0.0.1:{}", s.primary_port());
+    crate::bench::measures_and_leaves_nothing_behind(&TestBackend::redis(&s.url()), &|| {
+        crate::bench::redis_leftovers(&primary)
+    });
+}
