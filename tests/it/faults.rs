@@ -201,6 +201,28 @@ impl Workload {
     }
 }
 
+impl Workload {
+    /// [`Workload::finish`] with no overlap allowed, then checks that every run exited with one
+    /// of `ok` (what the others said in the message), and says how many exited 0 and 79.
+    #[track_caller]
+    pub(crate) fn finish_expecting(self, ok: &[Option<i32>], label: &str) {
+        let errors = self.dir.join("errors");
+        let codes = self.finish(|_, _| false);
+        let count = |c| codes.iter().filter(|&&x| x == Some(c)).count();
+        eprintln!(
+            "{label}: {} runs exited 0, {} lost their lock (79)",
+            count(0),
+            count(79)
+        );
+        let bad: Vec<_> = codes.iter().filter(|c| !ok.contains(c)).collect();
+        assert!(
+            bad.is_empty(),
+            "unexpected exit codes {bad:?} among {codes:?}; what they said:\n{}",
+            std::fs::read_to_string(errors).unwrap_or_default()
+        );
+    }
+}
+
 /// The parent of a process.
 fn parent(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

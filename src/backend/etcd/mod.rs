@@ -71,7 +71,9 @@ fn parse_url(url: &str) -> Result<Endpoints, Usage> {
                 .split_once(':')
                 .ok_or_else(|| bad("user without password"))?;
             let dec = |s: &str| {
-                percent_decode(s).ok_or_else(|| bad("bad %-escape in the user or password"))
+                super::percent_decode(s)
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| bad("bad %-escape in the user or password"))
             };
             (Some((dec(u)?, dec(p)?)), h)
         }
@@ -96,23 +98,6 @@ fn parse_url(url: &str) -> Result<Endpoints, Usage> {
         tls,
         auth,
     })
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// One key of a lock's prefix, in create-revision order.
