@@ -120,6 +120,39 @@ fn slot_migrated_while_held() {
     assert!(ran.exists());
 }
 
+/// While a slot migrates, its old owner answers `ASK` for keys it does not have, and the
+/// importing node refuses a script over several keys it does not all have (`TRYAGAIN`). A new
+/// lock asked for then follows the `ASK` (only the importing node can refuse so), fails
+/// with `--no-wait` (69), waits with `--wait` — an outage it outlasts — and gets the lock on the
+/// new owner once the migration ends.
+#[test]
+fn a_lock_asked_for_while_its_slot_migrates() {
+    let Some(c) = shared_redis_cluster() else {
+        return;
+    };
+    let b = TestBackend::redis(&c.url(0));
+    let key = unique_key("ask");
+    let name = format!("dlock:{{{key}}}");
+    let from = c.owner(&name);
+    let to = (from + 1) % c.nodes.len();
+    c.start_migrating(&name, to);
+    let out = run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 69);
+    // The old owner has none of the new lock's keys, so it answers ASK, never TRYAGAIN: a
+    // TRYAGAIN comes from the importing node, after ASKING.
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("TryAgain"),
+        "not refused by the importing node: {line}"
+    );
+    let waiter = Proc::spawn(&mut b.run(&key, &["--wait", "30s"], &["true"]));
+    std::thread::sleep(Duration::from_millis(500));
+    c.finish_migrating(&name, to);
+    let (out, _) = waiter.wait(Duration::from_secs(15));
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(c.owner(&name), to);
+    assert_eq!(b.status(&key)["held"], false);
+}
+
 #[test]
 fn bench_measures_and_leaves_nothing_behind() {
     let Some(c) = shared_redis_cluster() else {

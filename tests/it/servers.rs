@@ -461,6 +461,13 @@ impl RedisCluster {
     /// Moves `name`'s slot, with its keys, to node `to` (as `redis-cli --cluster reshard` does:
     /// IMPORTING, MIGRATING, MIGRATE of every key, then the new owner on every node).
     pub(crate) fn migrate_slot_of(&self, name: &str, to: usize) {
+        self.start_migrating(name, to);
+        self.finish_migrating(name, to);
+    }
+
+    /// The first half of a migration: `name`'s slot IMPORTING on node `to` and MIGRATING on its
+    /// owner. Meanwhile the owner answers a command for a key it does not have with `ASK`.
+    pub(crate) fn start_migrating(&self, name: &str, to: usize) {
         let slot = self.nodes[0].cli(&["CLUSTER", "KEYSLOT", name]);
         let from = self.owner(name);
         assert_ne!(from, to);
@@ -468,6 +475,14 @@ impl RedisCluster {
         let ok = |out: String| assert!(out.starts_with("OK"), "{out}");
         ok(self.nodes[to].cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]));
         ok(self.nodes[from].cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]));
+    }
+
+    /// The second half: every key of the slot moved to node `to`, which then owns it.
+    pub(crate) fn finish_migrating(&self, name: &str, to: usize) {
+        let slot = self.nodes[0].cli(&["CLUSTER", "KEYSLOT", name]);
+        let from = self.owner(name);
+        let to_id = self.node_id(to);
+        let ok = |out: String| assert!(out.starts_with("OK"), "{out}");
         loop {
             let keys = self.nodes[from].cli(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
             let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();

@@ -399,6 +399,10 @@ impl Node {
             e.code(),
             Some("READONLY" | "UNBLOCKED" | "MASTERDOWN" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN")
         );
+        if failover {
+            // The server answered: this is not an address that never worked.
+            self.reach.connected();
+        }
         let transport = e.is_io_error()
             || e.is_timeout()
             || e.is_connection_dropped()
