@@ -602,3 +602,25 @@ pub(crate) fn status_names_the_lock_as_the_server_knows_it(b: &TestBackend) {
     h.close_stdin();
     h.wait(Duration::from_secs(10));
 }
+
+/// A server whose certificate comes from a private CA: trusted through `SSL_CERT_FILE=ca` a
+/// run works (its token is returned); untrusted it is a one-line exit 69 about the certificate.
+pub(crate) fn private_ca_trusted_through_ssl_cert_file(
+    b: &TestBackend,
+    ca: &std::path::Path,
+) -> u64 {
+    let key = unique_key("tls");
+    let out = run_ok(
+        b.run(&key, &[], &sh("printf %s \"$DLOCK_FENCING_TOKEN\""))
+            .env("SSL_CERT_FILE", ca),
+    );
+    let token = String::from_utf8(out.stdout).unwrap().parse::<u64>();
+    assert!(token.is_ok(), "{token:?}");
+    let out = run_code(
+        b.run(&key, &[], &["true"])
+            .env("SSL_CERT_FILE", "/dev/null"),
+        69,
+    );
+    assert!(one_error_line(&out).contains("certificate"));
+    token.unwrap()
+}

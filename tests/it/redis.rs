@@ -202,24 +202,7 @@ fn tls_with_a_private_ca() {
         return;
     };
     let url = format!("rediss://127.0.0.1:{}", server.port);
-    let b = TestBackend::redis(&url);
-    let key = unique_key("tls");
-    let out = run_ok(
-        b.run(&key, &[], &sh("printf %s \"$DLOCK_FENCING_TOKEN\""))
-            .env("SSL_CERT_FILE", &ca),
-    );
-    assert!(
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .parse::<u64>()
-            .is_ok()
-    );
-    let out = run_code(
-        b.run(&key, &[], &["true"])
-            .env("SSL_CERT_FILE", "/dev/null"),
-        69,
-    );
-    assert!(one_error_line(&out).contains("certificate"));
+    crate::conformance::private_ca_trusted_through_ssl_cert_file(&TestBackend::redis(&url), &ca);
 }
 
 /// The unix-socket form of the URL.

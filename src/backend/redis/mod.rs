@@ -135,6 +135,17 @@ impl Sentinels {
             .query(sentinel)
     }
 
+    /// The address of the primary a sentinel names now, reached like `like` (TLS or not);
+    /// `None` if it does not answer or names none.
+    fn named_addr(
+        &self,
+        sentinel: &mut Connection,
+        like: &redis::ConnectionAddr,
+    ) -> Option<redis::ConnectionAddr> {
+        let (host, port) = self.named(sentinel).ok().flatten()?;
+        conn::addr_like(like, &format!("{host}:{port}"))
+    }
+
     /// The primary other than `addr` that a sentinel answering within `limit` names, if any:
     /// a failover moved the primary (its old self may still accept writes for a while).
     fn moved_from(
@@ -146,10 +157,8 @@ impl Sentinels {
         let here = addr.to_string();
         self.addrs.iter().find_map(|at| {
             Connection::open(&self.info(primary, at), limit, limit)
-                .and_then(|mut c| self.named(&mut c))
                 .ok()
-                .flatten()
-                .and_then(|(h, p)| conn::addr_like(addr, &format!("{h}:{p}")))
+                .and_then(|mut c| self.named_addr(&mut c, addr))
                 .filter(|named| named.to_string() != here)
         })
     }
@@ -638,11 +647,7 @@ impl RedisBackend {
             ),
             Err(e) => format!("WAIT: {e}"),
         };
-        let _: redis::RedisResult<i64> = if req.mode == Mode::Exclusive {
-            release_script(keys, token).invoke(con)
-        } else {
-            release_shared_script(keys, token, req.mode).invoke(con)
-        };
+        let _: redis::RedisResult<i64> = release_for(keys, token, req.mode).invoke(con);
         Err(crate::exit::Outage(format!("{}: {why}", self.node.addr)).into())
     }
 
@@ -675,6 +680,15 @@ pub(super) fn release_script(keys: &Keys, token: &str) -> redis::ScriptInvocatio
         .arg(token)
         .arg(SIGNAL_TTL_MS);
     inv
+}
+
+/// The release of what `token` holds in `mode`: the lock key, or a shared/slot entry.
+fn release_for(keys: &Keys, token: &str, mode: Mode) -> redis::ScriptInvocation<'static> {
+    if mode == Mode::Exclusive {
+        release_script(keys, token)
+    } else {
+        release_shared_script(keys, token, mode)
+    }
 }
 
 fn release_shared_script(keys: &Keys, token: &str, mode: Mode) -> redis::ScriptInvocation<'static> {
@@ -836,17 +850,11 @@ impl Backend for RedisBackend {
             }
             if acquired == 1 {
                 if let (Some(s), Some(sc)) = (&self.node.sentinel, sentinel.as_mut()) {
-                    let named = s.named(sc).ok().flatten();
                     let here = con.addr().clone();
-                    let same = named
-                        .and_then(|(h, p)| conn::addr_like(&here, &format!("{h}:{p}")))
-                        .is_some_and(|n| n.to_string() == here.to_string());
-                    if !same {
-                        let _: redis::RedisResult<i64> = if req.mode == Mode::Exclusive {
-                            release_script(&keys, &token).invoke(&mut con)
-                        } else {
-                            release_shared_script(&keys, &token, req.mode).invoke(&mut con)
-                        };
+                    let named = s.named_addr(sc, &here);
+                    if named.is_none_or(|n| n.to_string() != here.to_string()) {
+                        let _: redis::RedisResult<i64> =
+                            release_for(&keys, &token, req.mode).invoke(&mut con);
                         return Err(crate::exit::Outage(format!(
                             "{}: the sentinels no longer name {here} the primary (a failover)",
                             self.node.addr
@@ -1168,11 +1176,7 @@ impl Lease for RedisLease {
     }
 
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
-        let inv = if self.mode == Mode::Exclusive {
-            release_script(&self.keys, &self.token)
-        } else {
-            release_shared_script(&self.keys, &self.token, self.mode)
-        };
+        let inv = release_for(&self.keys, &self.token, self.mode);
         let addr = self.node.addr.clone();
         let con = self.con()?;
         let _: i64 = inv
