@@ -159,6 +159,15 @@ pub(crate) fn interrupts_network_waits() -> Option<std::os::fd::BorrowedFd<'stat
         .map(|fd| fd.as_fd())
 }
 
+/// Whether a network wait on the main thread already took a signal that nobody has collected
+/// yet (with [`pending`]): then every later wait there must end at once too. The signal has left
+/// the descriptor, and the watcher thread never saw it, so a request that swallowed its error
+/// (reading who holds the lock, say) would otherwise let the next wait — a BLPOP of seconds —
+/// run to its end before anyone noticed the Ctrl-C (seen: 2.1 s).
+pub(crate) fn network_wait_interrupted() -> bool {
+    DEFERRED.load(Ordering::SeqCst) != 0
+}
+
 /// Called by a network wait whose descriptor from [`interrupts_network_waits`] turned readable:
 /// takes the signal now (it stays in [`pending`] for the caller's error path) and says whether
 /// there was one. (Another thread may have taken it first: then the interrupt has fired.)

@@ -10,6 +10,29 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// The error of a wait that a forwarded signal ended. Not `ErrorKind::Interrupted`: std's
+/// `write_all` and `read_exact` (and so redis-rs) retry those, which waited out the request's
+/// deadline after a Ctrl-C — or spun, once every later wait ends at once too.
+#[derive(Debug)]
+struct Signalled;
+
+impl std::fmt::Display for Signalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted by a signal")
+    }
+}
+
+impl std::error::Error for Signalled {}
+
+fn signal_error() -> io::Error {
+    io::Error::other(Signalled)
+}
+
+/// Whether `e` is a wait that a forwarded signal ended.
+pub(crate) fn is_signalled(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Signalled>())
+}
+
 /// The socket under the protocol: plain TCP, a Unix socket, or TLS over TCP.
 pub(crate) enum Stream {
     Tcp(Guarded<TcpStream>),
@@ -54,6 +77,9 @@ impl<S: AsFd> Guarded<S> {
     /// thread) a forwarded signal arrives.
     fn ready(&self, events: i16) -> io::Result<()> {
         let signals = crate::signals::interrupts_network_waits();
+        if signals.is_some() && crate::signals::network_wait_interrupted() {
+            return Err(signal_error());
+        }
         loop {
             let left = self
                 .limits
@@ -68,10 +94,7 @@ impl<S: AsFd> Guarded<S> {
             let (ready, signalled) =
                 crate::sys::poll_ready(self.sock.as_fd(), events, signals, left)?;
             if signalled && crate::signals::take_for_network_wait() {
-                return Err(io::Error::new(
-                    io::ErrorKind::Interrupted,
-                    "interrupted by a signal",
-                ));
+                return Err(signal_error());
             }
             if ready {
                 return Ok(());

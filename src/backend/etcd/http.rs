@@ -144,7 +144,7 @@ impl Client {
                     return Ok(Conn::new(s));
                 }
                 Err(e) => {
-                    if e.kind() == io::ErrorKind::Interrupted {
+                    if crate::backend::net::is_signalled(&e) {
                         return Err(e);
                     }
                     // With several members, say which failed last.
@@ -439,8 +439,7 @@ impl Conn {
     }
 
     /// Buffered bytes, reading from the socket when there are none; empty at the end of the
-    /// stream. A signal ends the wait (`Interrupted`: the socket layer reports one only when a
-    /// forwarded signal must end it, so unlike `read_exact`, nothing here retries it).
+    /// stream. A forwarded signal ends the wait (`net::is_signalled`; nothing retries it).
     fn available(&mut self) -> io::Result<&[u8]> {
         if self.at == self.end {
             // Empty before the read: a read that fails (a deadline) must not bring back

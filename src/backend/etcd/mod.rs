@@ -272,7 +272,7 @@ impl EtcdBackend {
     /// answer otherwise.
     fn fail(&self, e: Error) -> anyhow::Error {
         match e {
-            Error::Transport(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+            Error::Transport(e) if crate::backend::net::is_signalled(&e) => {
                 Interrupted(libc::SIGINT).into()
             }
             e if e.transient() => self

@@ -652,21 +652,34 @@ impl RedisBackend {
     }
 
     /// Best effort, after a lost reply: if the lock is ours after all, give it back.
-    /// Gives back what `token` may hold. After a signal, briefly: a server that answers
-    /// releases in a millisecond, and one that does not must not hold up the exit.
-    fn release_token(&self, keys: &Keys, token: &str, signalled: bool) {
-        let limit = if signalled {
-            SIGNALLED_LIMIT
+    /// Gives back whatever an acquire whose reply was lost may have taken with `token`: the lock
+    /// (or a shared or slot entry, by `mode`), and its place in the waiter lists. After a signal,
+    /// briefly: a server that answers releases in a millisecond, and one that does not must not
+    /// hold up the exit. (It once gave back only an exclusive lock and left the waiter entry, so
+    /// `status` counted a waiter that had given up on Ctrl-C.)
+    fn release_token(&self, keys: &Keys, token: &str, mode: Mode, signalled: bool) {
+        if let Ok(mut con) = self.cleanup_connection(signalled) {
+            let _: redis::RedisResult<i64> = release_for(keys, token, mode).invoke(&mut con);
+            let _ = forget_waiter(&mut con, keys, token);
+        }
+    }
+
+    /// Takes a waiter that gives up off the waiter lists: on `con`, or on a new connection if
+    /// `con` failed (a request a signal ended leaves it closed).
+    fn forget(&self, con: &mut Connection, keys: &Keys, token: &str, signalled: bool) {
+        if forget_waiter(con, keys, token).is_err()
+            && let Ok(mut fresh) = self.cleanup_connection(signalled)
+        {
+            let _ = forget_waiter(&mut fresh, keys, token);
+        }
+    }
+
+    /// A connection for giving something back: within [`SIGNALLED_LIMIT`] after a signal.
+    fn cleanup_connection(&self, signalled: bool) -> anyhow::Result<Connection> {
+        if signalled {
+            self.node.connect_within(SIGNALLED_LIMIT, SIGNALLED_LIMIT)
         } else {
-            COMMAND_TIMEOUT
-        };
-        let connect = if signalled {
-            SIGNALLED_LIMIT
-        } else {
-            CONNECT_TIMEOUT
-        };
-        if let Ok(mut con) = self.node.connect_within(connect, limit) {
-            let _: redis::RedisResult<i64> = release_script(keys, token).invoke(&mut con);
+            self.node.connect_within(CONNECT_TIMEOUT, COMMAND_TIMEOUT)
         }
     }
 }
@@ -814,7 +827,7 @@ impl Backend for RedisBackend {
         let mut told_holder = false;
         loop {
             if let Some(sig) = req.interrupted() {
-                forget_waiter(&mut con, &keys, &token);
+                self.forget(&mut con, &keys, &token, true);
                 return Err(Interrupted(sig).into());
             }
             let slice = match req.deadline.remaining() {
@@ -840,12 +853,12 @@ impl Backend for RedisBackend {
                 }
                 Err(e) => {
                     // The outcome is unknown: the lock may be ours. Give it back before failing.
-                    self.release_token(&keys, &token, req.interrupted().is_some());
+                    self.release_token(&keys, &token, req.mode, req.interrupted().is_some());
                     return Err(self.node.error(self.node.addr.clone(), e));
                 }
             };
             if acquired == -1 {
-                forget_waiter(&mut con, &keys, &token);
+                self.forget(&mut con, &keys, &token, false);
                 return Err(mismatch(req, value));
             }
             if acquired == 1 {
@@ -880,7 +893,7 @@ impl Backend for RedisBackend {
             }
             if req.waited_out() {
                 let holder = self.holder(&mut con, &keys);
-                forget_waiter(&mut con, &keys, &token);
+                self.forget(&mut con, &keys, &token, false);
                 return Err(req.busy(holder.as_ref()));
             }
             if !told_holder {
@@ -901,7 +914,13 @@ impl Backend for RedisBackend {
             if waiter.is_none() {
                 // On the server that answered the acquire (a cluster's slot owner): the
                 // wake-up list is there, and so must be CLIENT UNBLOCK.
-                waiter = Some(Waiter::new(&self.node.at(con.addr()))?);
+                match Waiter::new(&self.node.at(con.addr())) {
+                    Ok(w) => waiter = Some(w),
+                    Err(e) => {
+                        self.forget(&mut con, &keys, &token, req.interrupted().is_some());
+                        return Err(e);
+                    }
+                }
             }
             let w = waiter.as_mut().expect("set above");
             let node = w.node.clone();
@@ -928,7 +947,10 @@ impl Backend for RedisBackend {
             if result.is_err() && req.interrupted().is_some() {
                 continue; // the top of the loop cleans up
             }
-            result.map_err(|e| self.node.error(format!("waiting on {}", self.node.addr), e))?;
+            if let Err(e) = result {
+                self.forget(&mut con, &keys, &token, false);
+                return Err(self.node.error(format!("waiting on {}", self.node.addr), e));
+            }
         }
     }
 
@@ -1009,8 +1031,8 @@ impl Backend for RedisBackend {
 
 /// Takes a waiter that gives up off the waiter lists (for `status`, and so that a writer that
 /// stopped waiting no longer keeps shared holders out).
-fn forget_waiter(con: &mut Connection, keys: &Keys, token: &str) {
-    let _: redis::RedisResult<()> = redis::pipe()
+fn forget_waiter(con: &mut Connection, keys: &Keys, token: &str) -> redis::RedisResult<()> {
+    redis::pipe()
         .cmd("ZREM")
         .arg(&keys.waiters)
         .arg(token)
@@ -1019,7 +1041,7 @@ fn forget_waiter(con: &mut Connection, keys: &Keys, token: &str) {
         .arg(&keys.wwait)
         .arg(token)
         .ignore()
-        .query(con);
+        .query(con)
 }
 
 /// The connection a waiter blocks on (never the lock's own connection).
