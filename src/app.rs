@@ -20,6 +20,8 @@ use crate::supervise::{self, Ending, LeaseClock};
 
 /// dlock's `main`.
 pub fn main() -> ExitCode {
+    // A guardian executing itself anew (see `guard`) never gets past this.
+    crate::guard::resume_if_asked();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(clap_error(&e)),
@@ -115,6 +117,7 @@ fn run(cfg: &RunConfig) -> u8 {
     let (events, rx) = mpsc::channel();
     let reaper = supervise::Reaper::new();
     let interrupt = signals::Interrupt::new();
+    // If the guardian dies, what it leaves must come here, not escape to init.
     supervise::become_subreaper();
 
     let started = Instant::now();
@@ -169,7 +172,9 @@ fn run(cfg: &RunConfig) -> u8 {
             .map_or(cfg.kill_grace, |ttl| cfg.kill_grace.min(ttl / 3)),
     };
     let env = command_env(cfg, &tokens, claims);
-    let child = match supervise::spawn(&cfg.command, &env, &reaper, &events) {
+    let quiet = report::is_quiet();
+    let child = match supervise::spawn(&cfg.command, &env, clock.deadline, quiet, &reaper, &events)
+    {
         Ok(c) => c,
         Err(e) => {
             report::error(format_args!("{}", e.message));
@@ -180,7 +185,9 @@ fn run(cfg: &RunConfig) -> u8 {
     // The keeper's thread starts when the first renewal is due: nothing but the fork is on the
     // path from acquiring to running the command, and a short command needs no thread at all.
     let mut keeper = Keeper::new(lease, supervise::Events(events));
-    report::verbose(format_args!("started pid {}", child.pid()));
+    if let Some(pid) = child.pid() {
+        report::verbose(format_args!("started pid {pid}"));
+    }
     let ending = supervise::supervise(&child, &rx, &mut keeper, clock, cfg.kill_grace);
     finish(cfg, &keys_text, keeper, &ending);
     ending.code()
@@ -288,6 +295,13 @@ fn finish(cfg: &RunConfig, keys_text: &str, keeper: Keeper, ending: &Ending) {
             keeper.release()
         }
         Ending::Exited(_) => keeper.release(),
+        Ending::GuardianDied(pid, status) => {
+            report::error(format_args!(
+                "{name}: the guardian process (pid {pid}) died while the command ran ({}); the command and everything it started were killed",
+                exit::describe_status(*status)
+            ));
+            keeper.release()
+        }
     };
     match released {
         Ok(()) => report::verbose(format_args!(

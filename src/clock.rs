@@ -21,6 +21,11 @@ impl BootInstant {
         self.0.saturating_sub(earlier.0)
     }
 
+    /// Time since the clock's origin (the boot).
+    pub(crate) fn since_boot(self) -> Duration {
+        self.0
+    }
+
     /// Time from now until `self`, zero if `self` has passed.
     pub fn remaining(self) -> Duration {
         self.saturating_duration_since(BootInstant::now())

@@ -135,6 +135,15 @@ pub(crate) fn child_code(status: ExitStatus) -> u8 {
     status.signal().map_or(UNAVAILABLE, signal_code)
 }
 
+/// "killed by SIGKILL", "exit code 3": a wait status, for messages.
+pub(crate) fn describe_status(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(sig)) => format!("killed by {}", signal_name(sig)),
+        _ => format!("wait status {}", status.into_raw()),
+    }
+}
+
 /// "SIGTERM" for 15, for messages.
 pub(crate) fn signal_name(sig: i32) -> String {
     let name = match sig {

@@ -19,6 +19,7 @@ mod clock;
 mod config;
 mod exit;
 mod generate;
+mod guard;
 mod keeper;
 mod lockset;
 mod report;
@@ -29,8 +30,9 @@ mod sys;
 pub use app::main;
 
 /// What the integration tests in `tests/` reach inside for: the supervisor with a lease that
-/// cannot be renewed (`tests/supervisor.rs`), the generated files (`tests/it/generated.rs`) and
-/// MySQL's lock names. Not a stable interface.
+/// cannot be renewed (`tests/supervisor.rs`, which, like `main`, must first let a guardian that
+/// executed its binary anew resume), the generated files (`tests/it/generated.rs`) and MySQL's
+/// lock names. Not a stable interface.
 #[doc(hidden)]
 pub mod internals {
     pub use crate::backend::mysql::lock_name as mysql_lock_name;
@@ -39,6 +41,7 @@ pub mod internals {
     pub use crate::clock::BootInstant;
     pub use crate::config::Key;
     pub use crate::generate::all_files;
+    pub use crate::guard::resume_if_asked as resume_guardian_if_asked;
     pub use crate::keeper::{Keeper, deadline_after};
     pub use crate::signals::block as block_signals;
     pub use crate::supervise::{Ending, Events, LeaseClock, Reaper, spawn, supervise};

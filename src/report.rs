@@ -24,6 +24,11 @@ fn level() -> u8 {
     LEVEL.load(Ordering::Relaxed)
 }
 
+/// Whether `-q` asked for nothing but errors.
+pub(crate) fn is_quiet() -> bool {
+    level() < Verbosity::Normal as u8
+}
+
 /// The longest line dlock prints about one event: error chains that quote servers stay readable.
 const MAX_LINE: usize = 2000;
 /// The longest a holder's host, command or session is shown in text.

@@ -1,15 +1,20 @@
-//! The child: spawning it, reaping it (and anything it leaves behind), forwarding signals, and
-//! stopping it in time when the lease is lost.
+//! The child: starting it (through the guardian, `crate::guard`), reaping what comes back to
+//! dlock, forwarding signals, and stopping the command's whole tree in time when the lease is
+//! lost — and before the lock is released in every case: what the command leaves running when it
+//! exits is stopped too (lifetime rule 4).
 //!
-//! dlock makes itself a child subreaper, so every process the command starts stays in dlock's
-//! subtree even when its parent exits; a lease loss can then kill the whole job, not just a shell
-//! whose `sleep` would run on without the lock. The child stays in dlock's process group, so it
+//! dlock's only child is the guardian; the command is the guardian's, and every orphan below it
+//! is re-parented to the guardian. dlock is a child subreaper as well, so if the guardian dies,
+//! what it leaves comes to dlock, which kills it before releasing. Stopping signals every
+//! descendant of dlock (found in /proc), so a lease loss kills the whole job, not just a shell
+//! whose `sleep` would run on without the lock. The command joins dlock's process group, so it
 //! keeps the terminal (reads from it, gets Ctrl-C and Ctrl-Z like any foreground job).
 //!
-//! Everything here runs on the main thread except the reaper, which only waits and reports.
+//! Everything here runs on the main thread.
 
 use std::ffi::OsString;
 use std::io;
+use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -17,17 +22,23 @@ use std::time::Duration;
 
 use crate::clock::BootInstant;
 use crate::exit;
+use crate::guard::{Guardian, Report, StartError};
 use crate::keeper::Keeper;
 use crate::signals::{self, Received, Woken};
+use crate::sys::spawn::Plan;
 
 /// Everything the main thread waits for while the child runs.
 #[derive(Debug)]
 pub enum Event {
     /// SIGINT, SIGTERM or SIGHUP arrived.
     Signal(Received),
-    /// The child exited (reaped).
+    /// The command exited (reaped by the guardian).
     ChildExited(ExitStatus),
-    /// No child of dlock is left (the child and everything reparented to dlock are reaped).
+    /// The command exited, and processes it started still run.
+    Leftovers,
+    /// The guardian exited (normally once nothing is left below it).
+    GuardianExited(ExitStatus),
+    /// No child of dlock is left (the guardian and everything re-parented to dlock are reaped).
     AllReaped,
     /// The lease was renewed; it now lasts until this instant.
     Renewed(BootInstant),
@@ -59,6 +70,9 @@ pub enum Ending {
     Signalled(i32),
     /// The lease was lost (or could no longer be trusted) for this reason.
     Lost(String),
+    /// The guardian (this pid) died before the command did: killed by someone. Its command died
+    /// with it (PDEATHSIG) and dlock killed the rest.
+    GuardianDied(u32, ExitStatus),
 }
 
 impl Ending {
@@ -68,6 +82,8 @@ impl Ending {
             Ending::Exited(status) => exit::child_code(*status),
             Ending::Signalled(sig) => exit::signal_code(*sig),
             Ending::Lost(_) => exit::LOST,
+            // As if the command had been killed with the guardian's signal, which it was.
+            Ending::GuardianDied(_, status) => exit::child_code(*status),
         }
     }
 }
@@ -77,9 +93,8 @@ pub(crate) fn become_subreaper() {
     crate::sys::become_subreaper();
 }
 
-/// Reaps this process's children on SIGCHLD: reports the command's status, reaps orphans
-/// reparented here, and says when none is left. The command is signalled only while unreaped,
-/// so never a recycled pid.
+/// Reaps this process's children on SIGCHLD — the guardian, and orphans re-parented here if it
+/// died — and says when none is left.
 #[derive(Default)]
 pub struct Reaper {
     state: Mutex<ReapState>,
@@ -87,9 +102,11 @@ pub struct Reaper {
 
 #[derive(Default)]
 struct ReapState {
-    /// The command's pid, once spawned.
-    main: Option<libc::pid_t>,
-    /// The command has been reaped.
+    /// The guardian's pid, once started.
+    guardian: Option<libc::pid_t>,
+    /// The command's pid: dlock reaps it itself if the guardian died first.
+    command: Option<libc::pid_t>,
+    /// The guardian has been reaped.
     reaped: bool,
     /// AllReaped was sent.
     all_sent: bool,
@@ -102,10 +119,10 @@ impl Reaper {
     }
 
     /// Reaps every child that has exited, without blocking; call on SIGCHLD. Does nothing before
-    /// the command is spawned.
+    /// the guardian is started.
     pub fn reap(&self, events: &Sender<Event>) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(main) = st.main else { return };
+        let Some(guardian) = st.guardian else { return };
         loop {
             let pid = match crate::sys::waitid_exited_nowait() {
                 Ok(Some(pid)) => pid,
@@ -120,17 +137,19 @@ impl Reaper {
                 }
             };
             let status = crate::sys::wait_pid(pid);
-            if pid == main {
+            if pid == guardian {
                 st.reaped = true;
+                let _ = events.send(Event::GuardianExited(status));
+            } else if Some(pid) == st.command {
                 let _ = events.send(Event::ChildExited(status));
             }
         }
     }
 }
 
-/// A running child.
+/// The running command, behind its guardian.
 pub struct Child {
-    pid: libc::pid_t,
+    guardian: Guardian,
     reaper: Arc<Reaper>,
     events: Sender<Event>,
 }
@@ -144,69 +163,90 @@ pub struct SpawnError {
     pub message: String,
 }
 
-/// Spawns `command` directly (no shell) from the calling thread, which must be the main thread
-/// and must outlive the child: `PR_SET_PDEATHSIG` fires when the *thread* that forked exits.
-/// Its exit is reported on `events` when [`supervise`] sees SIGCHLD.
+/// Starts `command` directly (no shell) under a new guardian, from the main thread (whose
+/// signals are blocked, see `signals`). `deadline` is the lease's, for the guardian to enforce
+/// if dlock cannot; `quiet` silences the guardian's one line. Returns once the command has been
+/// executed; its exit is reported on `events` when [`supervise`] sees SIGCHLD.
 pub fn spawn(
     command: &[OsString],
     env: &[(&str, String)],
+    deadline: Option<BootInstant>,
+    quiet: bool,
     reaper: &Arc<Reaper>,
     events: &Sender<Event>,
 ) -> Result<Child, SpawnError> {
+    let name = command[0].to_string_lossy();
+    let fail = |code: u8, e: io::Error| SpawnError {
+        code,
+        message: format!("cannot run '{name}': {e}"),
+    };
     // An inherited token (dlock inside dlock) must not pass for ours when we have none.
-    let pid = crate::sys::spawn::spawn(command, &["DLOCK_FENCING_TOKEN"], env).map_err(|e| {
-        let name = command[0].to_string_lossy();
-        let code = match e.kind() {
-            io::ErrorKind::NotFound => exit::NOT_FOUND,
-            _ => exit::NOT_EXECUTABLE,
-        };
-        SpawnError {
-            code,
-            message: format!("cannot run '{name}': {e}"),
-        }
+    // SAFETY: getpgrp takes nothing and cannot fail.
+    let pgid = unsafe { libc::getpgrp() };
+    let mut plan = Plan::new(command, &["DLOCK_FENCING_TOKEN"], env, pgid)
+        .map_err(|e| fail(exit::NOT_EXECUTABLE, e))?;
+    let guardian = Guardian::start(&mut plan, deadline, quiet).map_err(|e| match e {
+        StartError::Exec(e) if e.kind() == io::ErrorKind::NotFound => fail(exit::NOT_FOUND, e),
+        StartError::Exec(e) => fail(exit::NOT_EXECUTABLE, e),
+        StartError::Guardian(e) => fail(
+            exit::NOT_EXECUTABLE,
+            io::Error::other(format!("cannot start its guardian process: {e}")),
+        ),
     })?;
     *reaper.state.lock().unwrap_or_else(|e| e.into_inner()) = ReapState {
-        main: Some(pid),
+        guardian: Some(guardian.pid()),
+        command: guardian.command(),
         reaped: false,
         all_sent: false,
     };
-    // Its SIGCHLD, however early, stays pending (blocked) until supervise() takes it.
+    // The guardian's SIGCHLD, however early, stays pending (blocked) until supervise() takes it.
     Ok(Child {
-        pid,
+        guardian,
         reaper: reaper.clone(),
         events: events.clone(),
     })
 }
 
 impl Child {
-    /// The child's pid.
-    pub fn pid(&self) -> u32 {
-        self.pid as u32
+    /// The command's pid, if known (it is unless the guardian was killed as it started).
+    pub fn pid(&self) -> Option<u32> {
+        self.guardian.command().map(|p| p as u32)
     }
 
-    /// Sends `sig` to the child if it has not been reaped yet.
+    /// Asks the guardian to send `sig` to the command if it still runs.
     fn signal(&self, sig: i32) {
-        let st = self.reaper.state.lock().unwrap_or_else(|e| e.into_inner());
-        if !st.reaped {
-            // Our unreaped child (the lock above keeps it so), so the pid is not reused.
-            crate::sys::kill(self.pid, sig);
+        self.guardian.signal_command(sig);
+    }
+
+    /// On SIGCHLD: the guardian's reports (which come before its own exit), then reaping.
+    fn poll(&self) {
+        for report in self.guardian.reports() {
+            let event = match report {
+                Report::Exited(status) => Event::ChildExited(status),
+                Report::Leftovers => Event::Leftovers,
+                Report::DeadlinePassed => Event::Lost(
+                    "the lease ran out before dlock renewed it; the guardian killed the command's processes".into(),
+                ),
+            };
+            let _ = self.events.send(event);
         }
+        self.reaper.reap(&self.events);
     }
 }
 
-/// Sends `sig` to every descendant of this process (the child, its children, and orphans
-/// reparented here). Descendants are found in /proc; a process forked during the scan is caught
-/// by the next call.
+/// Sends each of `sigs` to every descendant of this process but `spare` (the guardian, the
+/// command, its children, orphans re-parented here) and says how many it signalled. Descendants
+/// are found in /proc; a process forked during the scan is caught by the next call.
 ///
 /// Never by bare pid: a descendant that dies between the scan and the kill can have its pid
 /// handed to an unrelated process at once (pids wrap after 32768 by default, and a long-lived
 /// descendant's pid is a full cycle old). Each process is pinned with a pidfd, checked to be the
 /// one scanned (same start time), and signalled through the pidfd. This once killed another
 /// test's dlock with SIGKILL.
-fn signal_descendants(sig: i32) {
+fn signal_descendants(sigs: &[i32], spare: Option<libc::pid_t>) -> usize {
     let me = std::process::id() as libc::pid_t;
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return;
+        return 0;
     };
     let mut procs = Vec::new(); // (pid, ppid, start time)
     for entry in dir.flatten() {
@@ -233,20 +273,39 @@ fn signal_descendants(sig: i32) {
         );
         i += 1;
     }
+    let mut signalled = 0;
     for (pid, start) in tree.into_iter().skip(1) {
-        signal_pinned(pid, start, sig);
+        if Some(pid) != spare && signal_pinned(pid, start, sigs) {
+            signalled += 1;
+        }
     }
+    signalled
 }
 
-/// Signals `pid` only if it is still the process that started at `start`.
-fn signal_pinned(pid: libc::pid_t, start: u64, sig: i32) {
+/// SIGTERM to every descendant but the guardian, then SIGCONT: a stopped process handles its
+/// SIGTERM only once continued. Returns how many were signalled.
+fn terminate_descendants(child: &Child) -> usize {
+    signal_descendants(&[libc::SIGTERM, libc::SIGCONT], Some(child.guardian.pid()))
+}
+
+/// SIGKILL to every descendant, the guardian included (a stopped guardian would never exit).
+fn kill_descendants() {
+    signal_descendants(&[libc::SIGKILL], None);
+}
+
+/// Signals `pid` only if it is still the process that started at `start`; says if it did.
+fn signal_pinned(pid: libc::pid_t, start: u64, sigs: &[i32]) -> bool {
     // Gone already (or a kernel before 5.3: do not risk a recycled pid).
     let Some(fd) = crate::sys::PidFd::open(pid) else {
-        return;
+        return false;
     };
-    if read_stat(pid).map(|(_, st)| st) == Some(start) {
+    if read_stat(pid).map(|(_, st)| st) != Some(start) {
+        return false;
+    }
+    for &sig in sigs {
         fd.signal(sig);
     }
+    true
 }
 
 /// (ppid, start time in clock ticks) from /proc/PID/stat.
@@ -272,11 +331,12 @@ struct Stopping {
     why: Ending,
     kill_at: BootInstant,
     killed: bool,
-    child_status: Option<ExitStatus>,
 }
 
-/// Runs the event loop until the child has exited (and, when dlock stopped it, everything it
-/// left behind is gone). Forwards signals, enforces the lease deadline, escalates to SIGKILL.
+/// Runs the event loop until the command and every process below it are gone: forwards
+/// signals, enforces the lease deadline, escalates to SIGKILL, and stops what the command leaves
+/// running when it exits (SIGTERM, SIGKILL after `kill_grace`), so that nothing of it outlives
+/// the lock.
 pub fn supervise(
     child: &Child,
     events: &Receiver<Event>,
@@ -285,6 +345,7 @@ pub fn supervise(
     kill_grace: Duration,
 ) -> Ending {
     let mut stopping: Option<Stopping> = None;
+    let mut status: Option<ExitStatus> = None;
     let mut last_renew_error: Option<String> = None;
     loop {
         let now = BootInstant::now();
@@ -329,16 +390,16 @@ pub fn supervise(
                 let kill_at = lease.deadline.map_or(s.kill_at, |d| d.min(s.kill_at));
                 if now >= kill_at {
                     // Keep killing: a process forked during the last scan is caught by this one.
-                    child.signal(libc::SIGKILL);
-                    signal_descendants(libc::SIGKILL);
+                    kill_descendants();
                     s.killed = true;
                     wake = Duration::from_millis(50);
                 } else {
                     wake = wake.min(kill_at.saturating_duration_since(now));
                 }
-                if s.child_status.is_some() && s.killed && now >= kill_at + Duration::from_secs(1) {
-                    // Something below the child cannot be killed (uninterruptible sleep): give up
-                    // on it rather than hang; the child itself is gone.
+                if status.is_some() && s.killed && now >= kill_at + Duration::from_secs(1) {
+                    // Something below the command cannot be killed (uninterruptible sleep): give
+                    // up on it rather than hang; the command itself is gone. (The guardian keeps
+                    // a descriptor-held lock until that process is gone too.)
                     return s.why.clone();
                 }
             }
@@ -348,7 +409,7 @@ pub fn supervise(
             Err(TryRecvError::Empty) => match signals::wait(wake) {
                 Woken::Signal(r) => Event::Signal(r),
                 Woken::Child => {
-                    child.reaper.reap(&child.events);
+                    child.poll();
                     continue;
                 }
                 Woken::Wake => continue,
@@ -360,20 +421,32 @@ pub fn supervise(
         match event {
             Event::Signal(r) => {
                 if !r.from_terminal {
-                    child.signal(r.signal);
+                    match status {
+                        None => child.signal(r.signal),
+                        // The command is gone: what it left gets the signal.
+                        Some(_) => {
+                            signal_descendants(&[r.signal], Some(child.guardian.pid()));
+                        }
+                    }
                 }
-                if stopping.is_none() {
-                    let kill_at = BootInstant::now() + kill_grace;
-                    stopping = Some(Stopping {
-                        why: Ending::Signalled(r.signal),
-                        kill_at,
-                        killed: false,
-                        child_status: None,
-                    });
+                match &mut stopping {
+                    None => {
+                        stopping = Some(Stopping {
+                            why: Ending::Signalled(r.signal),
+                            kill_at: BootInstant::now() + kill_grace,
+                            killed: false,
+                        });
+                    }
+                    // Stopping what the command left: a signal to dlock now decides the code.
+                    Some(s) if matches!(s.why, Ending::Exited(_)) => {
+                        s.why = Ending::Signalled(r.signal);
+                    }
+                    Some(_) => {}
                 }
             }
             Event::Renewed(deadline) => {
                 lease.deadline = Some(deadline);
+                child.guardian.set_deadline(Some(deadline));
                 last_renew_error = None;
             }
             Event::RenewFailed(e) => last_renew_error = Some(e),
@@ -382,22 +455,69 @@ pub fn supervise(
                     let kill_at = BootInstant::now() + kill_grace;
                     stopping = Some(stop(child, Ending::Lost(reason), kill_at));
                 }
-                // Already stopping (a signal): the lock is gone, so the grace ends sooner.
-                Some(s) => s.kill_at = s.kill_at.min(BootInstant::now() + kill_grace),
-            },
-            Event::ChildExited(status) => match &mut stopping {
-                None => return Ending::Exited(status),
+                // Already stopping: the lock is gone, so the grace ends sooner; if what was
+                // being stopped is the command's leftovers, they ran without the lock: lost.
                 Some(s) => {
-                    s.child_status = Some(status);
-                    // What the child left behind gets the same treatment it got.
-                    signal_descendants(libc::SIGTERM);
+                    s.kill_at = s.kill_at.min(BootInstant::now() + kill_grace);
+                    if matches!(s.why, Ending::Exited(_)) {
+                        s.why = Ending::Lost(reason);
+                    }
                 }
             },
-            Event::AllReaped => {
-                if let Some(s) = &stopping {
-                    return s.why.clone();
+            Event::ChildExited(st) => {
+                if status.is_none() {
+                    status = Some(st);
+                    if let Some(s) = &stopping
+                        && !matches!(s.why, Ending::Exited(_))
+                    {
+                        // What the child left behind gets the same treatment it got.
+                        terminate_descendants(child);
+                    }
                 }
             }
+            Event::Leftovers => {
+                if stopping.is_none()
+                    && let Some(st) = status
+                {
+                    let n = terminate_descendants(child);
+                    if n > 0 {
+                        crate::report::notice(format_args!(
+                            "the command exited but left {n} process{} running; stopping {} before the lock is released",
+                            if n == 1 { "" } else { "es" },
+                            if n == 1 { "it" } else { "them" },
+                        ));
+                    }
+                    stopping = Some(Stopping {
+                        why: Ending::Exited(st),
+                        kill_at: BootInstant::now() + kill_grace,
+                        killed: false,
+                    });
+                }
+            }
+            Event::GuardianExited(st) => {
+                if status.is_none() && stopping.is_none() {
+                    // Killed by someone: its command died with it (PDEATHSIG); what is left came
+                    // to dlock. Kill it all now, then release.
+                    let why = Ending::GuardianDied(child.guardian.pid() as u32, st);
+                    stopping = Some(Stopping {
+                        why,
+                        kill_at: BootInstant::now(),
+                        killed: false,
+                    });
+                }
+            }
+            Event::AllReaped => match (&stopping, status) {
+                (Some(s), _) => return s.why.clone(),
+                (None, Some(st)) => return Ending::Exited(st),
+                // Unreachable in practice (the guardian's exit comes first); never release
+                // with nothing known: treat as a guardian gone.
+                (None, None) => {
+                    return Ending::GuardianDied(
+                        child.guardian.pid() as u32,
+                        ExitStatus::from_raw(libc::SIGKILL),
+                    );
+                }
+            },
         }
     }
 }
@@ -405,11 +525,10 @@ pub fn supervise(
 /// Starts terminating the whole job: SIGTERM to every descendant now, SIGKILL at `kill_at`.
 fn stop(child: &Child, why: Ending, kill_at: BootInstant) -> Stopping {
     child.signal(libc::SIGTERM);
-    signal_descendants(libc::SIGTERM);
+    terminate_descendants(child);
     Stopping {
         why,
         kill_at,
         killed: false,
-        child_status: None,
     }
 }

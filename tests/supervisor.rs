@@ -50,9 +50,10 @@ fn run_unrenewable(reaper: &std::sync::Arc<Reaper>, script: &str) -> (Ending, Du
         Events(tx.clone()),
     );
     let cmd: Vec<OsString> = ["sh", "-c", script].map(OsString::from).to_vec();
-    let child = spawn(&cmd, &[], reaper, &tx).expect("spawn sh");
+    let deadline = Some(deadline_after(acquired_at, ttl));
+    let child = spawn(&cmd, &[], deadline, false, reaper, &tx).expect("spawn sh");
     let clock = LeaseClock {
-        deadline: Some(deadline_after(acquired_at, ttl)),
+        deadline,
         loss_grace: Duration::from_millis(300),
     };
     let ending = supervise(&child, &rx, &mut keeper, clock, Duration::from_secs(5));
@@ -70,6 +71,9 @@ fn check(name: &str, ok: bool, detail: String, failed: &mut u32) {
 }
 
 fn main() {
+    // A guardian that outlives `DETACH_AFTER` executes this binary anew: it must go on guarding
+    // rather than run the tests again.
+    dlock_cli::internals::resume_guardian_if_asked();
     dlock_cli::internals::block_signals().unwrap();
     let reaper = Reaper::new();
     let mut failed = 0;

@@ -9,11 +9,12 @@
 
 mod fs;
 mod process;
+pub(crate) mod raw;
 mod signal;
 pub(crate) mod spawn;
 
 pub(crate) use fs::{Inotify, flock, ofd_lock, poll_readable, poll_ready};
-pub(crate) use process::{PidFd, become_subreaper, kill, wait_pid, waitid_exited_nowait};
+pub(crate) use process::{PidFd, become_subreaper, wait_pid, waitid_exited_nowait};
 pub(crate) use signal::{
     SigSet, Thread, ThreadTimer, block_signals, deadline_signal, install_exiting_handlers,
     install_interrupting_handler, interrupting_signal, is_ignored, reset_to_default,

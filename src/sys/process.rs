@@ -46,13 +46,6 @@ pub(crate) fn wait_pid(pid: libc::pid_t) -> ExitStatus {
     }
 }
 
-/// Sends `sig` to `pid`. The caller makes sure `pid` cannot have been recycled (an unreaped
-/// child of ours); for any other process use [`PidFd`].
-pub(crate) fn kill(pid: libc::pid_t, sig: libc::c_int) {
-    // SAFETY: kill takes two integers; a stale pid is the caller's contract, not memory safety.
-    unsafe { libc::kill(pid, sig) };
-}
-
 /// A process pinned by a pidfd (Linux ≥ 5.3): signals through it reach that process or none,
 /// never one that inherited its pid.
 pub(crate) struct PidFd(OwnedFd);

@@ -1,0 +1,519 @@
+//! The guardian process itself (see the module above): it starts the command, reaps everything
+//! below it, reports to dlock, and kills the whole tree when dlock dies or the lease deadline
+//! passes.
+//!
+//! Until it has detached ([`super::DETACH_AFTER`]) this code runs in dlock's memory with the C
+//! library's thread state of dlock's main thread, which keeps running. So, from the moment it
+//! reports the command started: no allocation, no lock, no C library call (`errno`), no panic.
+//! The lints below make the compiler check the last; the rest is kept by calling only
+//! [`crate::sys::raw`] and this module's own functions. After it detached (a process of its own)
+//! the same code runs unchanged.
+
+#![deny(
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects,
+    clippy::unreachable,
+    clippy::string_slice
+)]
+
+use std::time::Duration;
+
+use super::{DETACH_AFTER, MESSAGE, Setup, decode, encode, from_guard, to_guard, tree};
+use crate::sys::raw;
+
+/// How often a guardian that is killing the tree looks again for processes that came to it
+/// (orphans are re-parented without a signal to their new parent).
+const KILL_ROUND: Duration = Duration::from_millis(10);
+
+/// The first arguments of a guardian executing itself anew; anything else is not one.
+const RESUME: &[u8] = b"dlock-guard";
+const RESUME_MARK: &[u8] = b"--resume-guardian-v1";
+
+/// The guardian's whole state: on its own stack, or passed through `execve`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Guard {
+    /// dlock's pid, and a pidfd for it (-1 without).
+    dlock: i32,
+    dlock_fd: i32,
+    /// Pipes: messages from dlock (-1 once it is gone) and to it.
+    from_dlock: i32,
+    to_dlock: i32,
+    /// A signalfd for SIGCHLD.
+    sigchld: i32,
+    /// The command, and its wait status once reaped.
+    child: i32,
+    status: Option<i32>,
+    /// The lease deadline on CLOCK_BOOTTIME, in ns (0: none).
+    deadline_ns: u64,
+    /// When to execute itself anew (0: done, or failed: do not try again).
+    detach_at_ns: u64,
+    /// dlock is gone: kill everything.
+    dlock_gone: bool,
+    /// Killing every process below, until none is left.
+    killing: bool,
+    told_exit: bool,
+    told_leftovers: bool,
+    told_deadline: bool,
+    quiet: bool,
+    /// Processes reaped while killing (for the line said when dlock died).
+    killed: u32,
+}
+
+/// The guardian's first function, on its own stack (`clone` in [`super::Guardian::start`]).
+pub(super) extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
+    // First, so that nothing the command starts can be re-parented past us.
+    let _ = raw::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    // SAFETY: `arg` is the `Setup` that `start` keeps alive until we report below.
+    let setup = unsafe { &mut *arg.cast::<Setup<'_>>() };
+    for fd in setup.dlock_ends {
+        raw::close(fd);
+    }
+    let mut g = Guard {
+        dlock: setup.dlock,
+        dlock_fd: -1,
+        from_dlock: setup.from_dlock,
+        to_dlock: setup.to_dlock,
+        sigchld: -1,
+        child: 0,
+        status: None,
+        deadline_ns: setup.deadline_ns,
+        detach_at_ns: if setup.detach {
+            raw::boottime_ns().saturating_add(DETACH_AFTER.as_nanos() as u64)
+        } else {
+            0
+        },
+        quiet: setup.quiet,
+        ..Guard::default()
+    };
+    // dlock's main thread waits for our report, so the C library may still be used here (the
+    // launch clones and, if the exec fails, waits).
+    match setup.plan.launch() {
+        Ok(pid) => {
+            g.child = pid;
+            g.tell(from_guard::STARTED, pid as u64);
+        }
+        Err(errno) => {
+            g.tell(from_guard::FAILED, errno as u64);
+            raw::exit(0);
+        }
+    }
+    // From here on, dlock runs on and frees `setup`: only `g` and raw system calls.
+    g.settle();
+    g.run()
+}
+
+impl Guard {
+    /// What a guardian does once the command runs: a process group of its own (a `kill -9` of
+    /// dlock's group, as `timeout -s KILL` sends, must not reach it), a name for `ps`, every
+    /// signal blocked (only SIGKILL ends it), SIGCHLD as a descriptor, and a pidfd for dlock.
+    fn settle(&mut self) {
+        let _ = raw::setpgid(0, 0);
+        let _ = raw::prctl(libc::PR_SET_NAME, c"dlock-guard".as_ptr() as usize);
+        raw::block_all_signals();
+        self.sigchld = raw::signalfd(libc::SIGCHLD).unwrap_or(-1);
+        self.dlock_fd = raw::pidfd_open(self.dlock).unwrap_or(-1);
+        // dlock died before the pidfd was made (we were re-parented): the pidfd, if any, is
+        // some other process's.
+        if raw::getppid() != self.dlock {
+            self.dlock_gone = true;
+            self.killing = true;
+        }
+    }
+
+    fn run(mut self) -> ! {
+        loop {
+            self.read_messages();
+            let empty = self.reap();
+            if let Some(status) = self.status
+                && !self.told_exit
+            {
+                self.told_exit = true;
+                self.tell(from_guard::EXITED, status as u64);
+            }
+            if empty {
+                if self.dlock_gone && self.killed > 0 {
+                    self.say_killed();
+                }
+                raw::exit(0);
+            }
+            let now = raw::boottime_ns();
+            if !self.killing && self.deadline_ns != 0 && now >= self.deadline_ns {
+                self.killing = true;
+                self.told_deadline = true;
+                self.tell(from_guard::DEADLINE_PASSED, 0);
+                self.kick();
+            }
+            if self.told_exit && !self.told_leftovers && !self.killing {
+                // dlock stops them (SIGTERM, grace, SIGKILL) with the signalling it does for
+                // every stop; the guardian goes on reaping.
+                self.told_leftovers = true;
+                self.tell(from_guard::LEFTOVERS, 0);
+                self.kick();
+            }
+            if self.killing {
+                tree::signal_children(libc::SIGKILL);
+            }
+            if self.detach_at_ns != 0 && now >= self.detach_at_ns {
+                self.detach();
+            }
+            self.wait(now);
+        }
+    }
+
+    /// Takes dlock's messages; its end of the pipe closing means it died.
+    fn read_messages(&mut self) {
+        let mut buf = [0u8; MESSAGE * 16];
+        while self.from_dlock >= 0 {
+            match raw::read(self.from_dlock, &mut buf) {
+                Ok(0) | Err(libc::EBADF) => {
+                    raw::close(self.from_dlock);
+                    self.from_dlock = -1;
+                    self.dlock_gone = true;
+                    self.killing = true;
+                }
+                Ok(n) => {
+                    for m in buf.get(..n).unwrap_or_default().chunks_exact(MESSAGE) {
+                        match decode(m) {
+                            Some((to_guard::SIGNAL, sig)) if self.status.is_none() => {
+                                // Our unreaped child: its pid cannot have been recycled.
+                                let _ = raw::kill(self.child, sig as i32);
+                            }
+                            Some((to_guard::DEADLINE, ns)) => self.deadline_ns = ns,
+                            _ => {}
+                        }
+                    }
+                }
+                Err(libc::EINTR) => {}
+                Err(_) => return, // EAGAIN: nothing more
+            }
+        }
+    }
+
+    /// Reaps every child that has exited; true when none is left at all.
+    fn reap(&mut self) -> bool {
+        loop {
+            match raw::reap_one() {
+                Ok(Some((pid, status))) => {
+                    if pid == self.child && self.status.is_none() {
+                        self.status = Some(status);
+                    }
+                    if self.killing {
+                        self.killed = self.killed.saturating_add(1);
+                    }
+                }
+                Ok(None) => return false,
+                Err(libc::ECHILD) => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Sleeps until dlock writes, a child changes state, or the next thing is due.
+    fn wait(&self, now: u64) {
+        let mut due: Option<u64> = None;
+        let mut soonest = |t: u64| due = Some(due.map_or(t, |d| d.min(t)));
+        if !self.killing && self.deadline_ns != 0 {
+            soonest(self.deadline_ns);
+        }
+        if self.detach_at_ns != 0 {
+            soonest(self.detach_at_ns);
+        }
+        if self.killing {
+            soonest(now.saturating_add(KILL_ROUND.as_nanos() as u64));
+        }
+        let timeout = due.map(|t| Duration::from_nanos(t.saturating_sub(now)));
+        let mut fds = [
+            libc::pollfd {
+                fd: self.sigchld,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.from_dlock, // -1 once closed: poll skips it
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        if self.sigchld < 0 {
+            // No signalfd (out of descriptors): look again every round instead.
+            let t = timeout.map_or(KILL_ROUND, |t| t.min(KILL_ROUND));
+            raw::poll(fds.get_mut(1..).unwrap_or_default(), Some(t));
+            return;
+        }
+        raw::poll(&mut fds, timeout);
+        // Drain the SIGCHLDs: reaping above looks at every child anyway.
+        let mut info = [0u8; 128 * 4];
+        while let Ok(1..) = raw::read(self.sigchld, &mut info) {}
+    }
+
+    /// Best effort: dlock reads these when it reaps us, or when kicked.
+    fn tell(&self, tag: u8, value: u64) {
+        let _ = raw::write(self.to_dlock, &encode(tag, value));
+    }
+
+    /// Wakes dlock (its main thread waits for SIGCHLD, among other signals) to read a report
+    /// that comes before our own exit.
+    fn kick(&self) {
+        if self.dlock_gone {
+            return;
+        }
+        if self.dlock_fd >= 0 {
+            let _ = raw::pidfd_send_signal(self.dlock_fd, libc::SIGCHLD);
+        } else if raw::getppid() == self.dlock {
+            // No pidfds (Linux < 5.3): our parent is dlock as long as it lives.
+            let _ = raw::kill(self.dlock, libc::SIGCHLD);
+        }
+    }
+
+    /// One line on stderr, after the tree is gone, unless `-q`.
+    fn say_killed(&self) {
+        if self.quiet {
+            return;
+        }
+        let mut line = Line::default();
+        line.push(b"dlock: the dlock process ");
+        line.number(u64::from(self.dlock.unsigned_abs()));
+        line.push(b" died while its command ran; its guardian killed the command's ");
+        line.number(u64::from(self.killed));
+        line.push(b" process(es) before letting the lock go\n");
+        let _ = raw::write(2, line.bytes());
+    }
+
+    /// Executes dlock's binary anew as this guardian (same pid, same children, same
+    /// descriptors), so that it no longer shares dlock's memory; on failure, goes on as it is.
+    fn detach(&mut self) {
+        self.detach_at_ns = 0; // one try
+        if !tree::keep_descriptors_on_exec() {
+            return;
+        }
+        let mut args = Line::default();
+        let mut starts = [0usize; 24];
+        let mut count = 0usize;
+        let mut arg = |args: &mut Line, f: &dyn Fn(&mut Line)| {
+            if let Some(s) = starts.get_mut(count) {
+                *s = args.len;
+                count = count.saturating_add(1);
+            }
+            f(args);
+            args.push(b"\0");
+        };
+        arg(&mut args, &|l| l.push(RESUME));
+        arg(&mut args, &|l| l.push(RESUME_MARK));
+        for v in self.fields() {
+            arg(&mut args, &|l| l.signed(v));
+        }
+        if args.full {
+            return;
+        }
+        let mut argv = [std::ptr::null::<libc::c_char>(); 25];
+        for (p, &start) in argv.iter_mut().zip(starts.iter().take(count)) {
+            *p = args.buf.as_ptr().wrapping_add(start).cast();
+        }
+        let envp = [std::ptr::null::<libc::c_char>()];
+        // SAFETY: `argv` holds `count` pointers to NUL-terminated strings in `args.buf`, then
+        // NULLs; `envp` is empty; both outlive the call.
+        let _ = unsafe { raw::execve(c"/proc/self/exe", argv.as_ptr(), envp.as_ptr()) };
+    }
+
+    /// The state passed through `execve`, in a fixed order ([`Guard::from_fields`]).
+    fn fields(&self) -> [i64; 16] {
+        let flag = |b: bool| i64::from(b);
+        [
+            i64::from(self.dlock),
+            i64::from(self.dlock_fd),
+            i64::from(self.from_dlock),
+            i64::from(self.to_dlock),
+            i64::from(self.sigchld),
+            i64::from(self.child),
+            self.status.map_or(-1, i64::from),
+            self.deadline_ns as i64,
+            flag(self.dlock_gone),
+            flag(self.killing),
+            flag(self.told_exit),
+            flag(self.told_leftovers),
+            flag(self.told_deadline),
+            flag(self.quiet),
+            i64::from(self.killed),
+            0, // reserved
+        ]
+    }
+
+    fn from_fields(f: &[i64]) -> Option<Guard> {
+        let int = |i: usize| f.get(i).and_then(|&v| i32::try_from(v).ok());
+        let flag = |i: usize| match f.get(i) {
+            Some(0) => Some(false),
+            Some(1) => Some(true),
+            _ => None,
+        };
+        if f.len() != 16 {
+            return None;
+        }
+        Some(Guard {
+            dlock: int(0)?,
+            dlock_fd: int(1)?,
+            from_dlock: int(2)?,
+            to_dlock: int(3)?,
+            sigchld: int(4)?,
+            child: int(5)?,
+            status: match int(6)? {
+                -1 => None,
+                s => Some(s),
+            },
+            deadline_ns: u64::try_from(*f.get(7)?).ok()?,
+            detach_at_ns: 0,
+            dlock_gone: flag(8)?,
+            killing: flag(9)?,
+            told_exit: flag(10)?,
+            told_leftovers: flag(11)?,
+            told_deadline: flag(12)?,
+            quiet: flag(13)?,
+            killed: u32::try_from(*f.get(14)?).ok()?,
+        })
+    }
+}
+
+/// Set by [`resume_if_asked`]: this binary resumes guardians, so a guardian may execute it anew.
+/// (A binary that never asks — a test harness — would run its own `main` again instead.)
+static RESUMABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a guardian started by this process may detach by executing this binary anew.
+pub(super) fn can_detach() -> bool {
+    RESUMABLE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// In a process started by a guardian that executed itself anew ([`Guard::detach`]): goes on
+/// guarding and never returns. Anything else returns at once. Call first thing in `main`: a
+/// program that does not never gets detached guardians (see [`super::DETACH_AFTER`]).
+pub fn resume_if_asked() {
+    RESUMABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut args = std::env::args_os();
+    if args.next().is_none_or(|a| a.as_encoded_bytes() != RESUME)
+        || args
+            .next()
+            .is_none_or(|a| a.as_encoded_bytes() != RESUME_MARK)
+    {
+        return;
+    }
+    let fields: Option<Vec<i64>> = args
+        .map(|a| a.to_str().and_then(|s| s.parse().ok()))
+        .collect();
+    let Some(g) = fields.as_deref().and_then(Guard::from_fields) else {
+        let _ = raw::write(2, b"dlock: not a guardian's state\n");
+        raw::exit(2);
+    };
+    let _ = raw::prctl(libc::PR_SET_NAME, c"dlock-guard".as_ptr() as usize);
+    raw::block_all_signals();
+    g.run()
+}
+
+/// A line built without allocating; what does not fit is dropped (and `full` set).
+struct Line {
+    buf: [u8; 512],
+    len: usize,
+    full: bool,
+}
+
+impl Default for Line {
+    fn default() -> Line {
+        Line {
+            buf: [0; 512],
+            len: 0,
+            full: false,
+        }
+    }
+}
+
+impl Line {
+    fn push(&mut self, bytes: &[u8]) {
+        let end = self.len.saturating_add(bytes.len());
+        match self.buf.get_mut(self.len..end) {
+            Some(dst) => {
+                dst.copy_from_slice(bytes);
+                self.len = end;
+            }
+            None => self.full = true,
+        }
+    }
+
+    fn number(&mut self, mut v: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i = i.saturating_sub(1);
+            if let Some(d) = digits.get_mut(i) {
+                *d = b'0'.saturating_add((v % 10) as u8);
+            }
+            v /= 10;
+            if v == 0 || i == 0 {
+                break;
+            }
+        }
+        self.push(digits.get(i..).unwrap_or_default());
+    }
+
+    fn signed(&mut self, v: i64) {
+        if v < 0 {
+            self.push(b"-");
+        }
+        self.number(v.unsigned_abs());
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::arithmetic_side_effects
+)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_survives_the_trip_through_execve() {
+        let g = Guard {
+            dlock: 4242,
+            dlock_fd: 7,
+            from_dlock: -1,
+            to_dlock: 9,
+            sigchld: 10,
+            child: 4243,
+            status: Some(3 << 8),
+            deadline_ns: 123_456_789_000,
+            detach_at_ns: 0,
+            dlock_gone: true,
+            killing: true,
+            told_exit: true,
+            told_leftovers: false,
+            told_deadline: false,
+            quiet: true,
+            killed: 5,
+        };
+        assert_eq!(Guard::from_fields(&g.fields()), Some(g));
+        let mut f = g.fields();
+        f[8] = 2;
+        assert_eq!(Guard::from_fields(&f), None, "a flag is 0 or 1");
+        assert_eq!(Guard::from_fields(&f[..15]), None);
+    }
+
+    #[test]
+    fn lines_are_built_without_overflowing() {
+        let mut l = Line::default();
+        l.number(0);
+        l.push(b" ");
+        l.signed(-42);
+        l.push(b" ");
+        l.number(u64::MAX);
+        assert_eq!(l.bytes(), b"0 -42 18446744073709551615");
+        for _ in 0..100 {
+            l.push(b"0123456789");
+        }
+        assert!(l.full && l.len <= 512);
+    }
+}

@@ -1,0 +1,297 @@
+//! The guardian: the process that keeps the lock alive until the command's whole process tree
+//! is gone, whatever happens to dlock (lifetime rule 4, docs/design.md "The guardian").
+//!
+//! ```text
+//! dlock (holds the lock, renews it, forwards signals)        own process group: the job's
+//!   └─ dlock-guard (subreaper; holds copies of every descriptor dlock had, the lock's among them)
+//!        └─ COMMAND ─ its children, grandchildren, daemons that called setsid …
+//! ```
+//!
+//! A `kill -9` (or the OOM killer) used to free a file lock or a MySQL/PostgreSQL connection at
+//! once while the command's tree ran on (PDEATHSIG reaches only the direct child, and the kernel
+//! closes a dying process's files before it sends it). Now the command is the guardian's child
+//! and every orphan below it is re-parented to the guardian (a child subreaper), which also holds
+//! duplicates of dlock's descriptors, so a flock or a connection cannot end before it does. When
+//! dlock dies, the guardian sees the end of its pipe, SIGKILLs the whole tree, waits until the
+//! last process is reaped, and only then exits — releasing the descriptors. A lock with a TTL
+//! runs out on the server some time later; the tree is long gone by then. The guardian also
+//! holds the lease deadline and kills the tree by itself when it passes (dlock frozen by SIGSTOP
+//! or starved). If the guardian is killed instead, the command dies of its PDEATHSIG, the orphans
+//! come to dlock (a subreaper too), and dlock kills them before it releases.
+//!
+//! **Cost.** The guardian shares dlock's memory (`clone(CLONE_VM)`, no page-table copy: a
+//! `fork()` measured +0.45 ms per run here, this +0.05–0.1 ms), which means it runs with the
+//! C library's per-thread state of dlock's main thread. So it allocates nothing, takes no lock,
+//! never touches `errno` (its system calls are [`crate::sys::raw`]) and cannot panic (the lints
+//! of `guardian.rs`), and it is done with dlock's memory once it reported the command started.
+//! A process sharing memory with dlock would die with it if the OOM killer chose dlock (it
+//! kills every process of the victim's memory), so a guardian whose command still runs after
+//! [`DETACH_AFTER`] gets memory of its own by executing dlock's binary again
+//! (`/proc/self/exe`, [`resume_if_asked`]); a short command never pays for that.
+
+mod guardian;
+mod tree;
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use crate::clock::BootInstant;
+use crate::sys::raw;
+use crate::sys::spawn::Plan;
+
+pub use guardian::resume_if_asked;
+
+/// How long a guardian shares dlock's memory before it executes itself anew (see the module
+/// documentation): until then an OOM kill of dlock takes the guardian with it.
+pub(crate) const DETACH_AFTER: Duration = Duration::from_millis(20);
+
+/// The guardian's stack: what it touches is mapped on use.
+const STACK: usize = 256 * 1024;
+
+/// One message on either pipe: a tag and a value, written at once (less than PIPE_BUF).
+const MESSAGE: usize = 16;
+
+/// Messages from dlock to the guardian.
+mod to_guard {
+    /// Send this signal to the command, if it has not exited.
+    pub(super) const SIGNAL: u8 = b'S';
+    /// The lease now lasts until this `CLOCK_BOOTTIME` nanosecond (0: it does not expire).
+    pub(super) const DEADLINE: u8 = b'D';
+}
+
+/// Messages from the guardian to dlock.
+mod from_guard {
+    /// The command started with this pid.
+    pub(super) const STARTED: u8 = b'P';
+    /// The command could not be executed: this errno.
+    pub(super) const FAILED: u8 = b'F';
+    /// The command exited with this wait status.
+    pub(super) const EXITED: u8 = b'E';
+    /// The command exited, and processes it started still run.
+    pub(super) const LEFTOVERS: u8 = b'L';
+    /// The lease deadline passed: the guardian killed the tree.
+    pub(super) const DEADLINE_PASSED: u8 = b'K';
+}
+
+fn encode(tag: u8, value: u64) -> [u8; MESSAGE] {
+    let mut m = [0u8; MESSAGE];
+    m[0] = tag;
+    m[8..].copy_from_slice(&value.to_le_bytes());
+    m
+}
+
+fn decode(m: &[u8]) -> Option<(u8, u64)> {
+    let value: [u8; 8] = m.get(8..MESSAGE)?.try_into().ok()?;
+    Some((*m.first()?, u64::from_le_bytes(value)))
+}
+
+/// What the guardian reports while the command runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Report {
+    /// The command exited (or was killed) with this status.
+    Exited(ExitStatus),
+    /// The command exited and left processes running.
+    Leftovers,
+    /// The lease deadline passed before dlock renewed it: the guardian killed the tree.
+    DeadlinePassed,
+}
+
+/// Why the guardian could not start the command.
+#[derive(Debug)]
+pub(crate) enum StartError {
+    /// The command could not be executed (ENOENT, EACCES, ...); the guardian is gone.
+    Exec(io::Error),
+    /// No guardian could be made (out of processes or memory); nothing runs.
+    Guardian(io::Error),
+}
+
+/// dlock's handle on its guardian.
+pub(crate) struct Guardian {
+    pid: libc::pid_t,
+    /// The command's pid; `None` if the guardian died before it said.
+    command: Option<libc::pid_t>,
+    to_guard: OwnedFd,
+    from_guard: OwnedFd,
+}
+
+/// What the guardian reads from dlock's memory while it starts; nothing after it reported.
+struct Setup<'a> {
+    plan: &'a mut Plan,
+    /// The guardian's ends of the pipes.
+    from_dlock: i32,
+    to_dlock: i32,
+    /// dlock's ends, which the guardian closes in its copy of the descriptor table.
+    dlock_ends: [i32; 2],
+    dlock: libc::pid_t,
+    deadline_ns: u64,
+    quiet: bool,
+    /// This binary resumes guardians ([`resume_if_asked`]): detaching is allowed.
+    detach: bool,
+}
+
+impl Guardian {
+    /// Starts the guardian, which starts the command as its child. Returns once the command has
+    /// been executed (or could not be). Call from the main thread, whose signals are blocked.
+    pub(crate) fn start(
+        plan: &mut Plan,
+        deadline: Option<BootInstant>,
+        quiet: bool,
+    ) -> Result<Guardian, StartError> {
+        let guardian = |e| StartError::Guardian(e);
+        let stack = map_stack().map_err(guardian)?;
+        let (from_dlock, to_guard) = pipe().map_err(guardian)?;
+        let (from_guard, to_dlock) = pipe().map_err(guardian)?;
+        let mut setup = Setup {
+            plan,
+            from_dlock: from_dlock.as_raw_fd(),
+            to_dlock: to_dlock.as_raw_fd(),
+            dlock_ends: [to_guard.as_raw_fd(), from_guard.as_raw_fd()],
+            dlock: raw::getpid(),
+            deadline_ns: deadline.map_or(0, ns),
+            quiet,
+            detach: guardian::can_detach(),
+        };
+        // SAFETY: `guardian::entry` runs on its own stack (mapped above, never unmapped) in this
+        // process's memory. It reads `setup` only until it reports on `to_dlock`, and this
+        // function waits for that report (or the guardian's end) before `setup` goes away. No
+        // CLONE_FILES: the guardian gets its own copy of the descriptor table, which is the
+        // point. No CLONE_SIGHAND or CLONE_THREAD: its own dispositions, its own pid.
+        let pid = unsafe {
+            libc::clone(
+                guardian::entry,
+                stack.cast(),
+                libc::CLONE_VM | libc::SIGCHLD,
+                (&raw mut setup).cast(),
+            )
+        };
+        if pid < 0 {
+            // No guardian exists: errno is ours alone.
+            return Err(StartError::Guardian(io::Error::last_os_error()));
+        }
+        // Closed without the C library: the guardian may be using `errno` now.
+        raw::close(from_dlock.into_raw_fd());
+        raw::close(to_dlock.into_raw_fd());
+        let mut g = Guardian {
+            pid,
+            command: None,
+            to_guard,
+            from_guard,
+        };
+        // The guardian may be writing `errno` (dlock's main thread's) while it starts the
+        // command: wait without reading it.
+        let mut fds = [libc::pollfd {
+            fd: g.from_guard.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let mut m = [0u8; MESSAGE];
+        let first = loop {
+            match raw::read(g.from_guard.as_raw_fd(), &mut m) {
+                Ok(MESSAGE) => break decode(&m),
+                Err(libc::EAGAIN | libc::EINTR) => {
+                    raw::poll(&mut fds, None);
+                }
+                // The guardian died before it said (killed): its end closed. Whatever it
+                // started is now dlock's child; the supervisor kills and reaps it.
+                _ => break None,
+            }
+        };
+        match first {
+            Some((from_guard::STARTED, pid)) => g.command = i32::try_from(pid).ok(),
+            Some((from_guard::FAILED, errno)) => {
+                crate::sys::wait_pid(g.pid);
+                let errno = i32::try_from(errno).unwrap_or(libc::EINVAL);
+                return Err(StartError::Exec(io::Error::from_raw_os_error(errno)));
+            }
+            _ => {}
+        }
+        Ok(g)
+    }
+
+    /// The guardian's pid.
+    pub(crate) fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// The command's pid, if the guardian said it.
+    pub(crate) fn command(&self) -> Option<libc::pid_t> {
+        self.command
+    }
+
+    /// Asks the guardian to send `sig` to the command (nothing if it has exited).
+    pub(crate) fn signal_command(&self, sig: i32) {
+        self.tell(to_guard::SIGNAL, sig as u64);
+    }
+
+    /// Tells the guardian the lease's new deadline.
+    pub(crate) fn set_deadline(&self, deadline: Option<BootInstant>) {
+        self.tell(to_guard::DEADLINE, deadline.map_or(0, ns));
+    }
+
+    /// Best effort: a guardian that is gone (EPIPE) or stopped with a full pipe (EAGAIN) misses
+    /// it; dlock's own deadline and signal handling do not depend on it.
+    fn tell(&self, tag: u8, value: u64) {
+        let _ = raw::write(self.to_guard.as_raw_fd(), &encode(tag, value));
+    }
+
+    /// Everything the guardian reported since the last call, in order. Never blocks.
+    pub(crate) fn reports(&self) -> Vec<Report> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; MESSAGE * 8];
+        while let Ok(n @ 1..) = raw::read(self.from_guard.as_raw_fd(), &mut buf) {
+            for m in buf[..n].chunks_exact(MESSAGE) {
+                match decode(m) {
+                    Some((from_guard::EXITED, status)) => {
+                        out.push(Report::Exited(ExitStatus::from_raw(status as i32)));
+                    }
+                    Some((from_guard::LEFTOVERS, _)) => out.push(Report::Leftovers),
+                    Some((from_guard::DEADLINE_PASSED, _)) => out.push(Report::DeadlinePassed),
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A `CLOCK_BOOTTIME` instant in nanoseconds.
+fn ns(t: BootInstant) -> u64 {
+    u64::try_from(t.since_boot().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A non-blocking, close-on-exec pipe: (read end, write end).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: a valid out-array of two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: two fresh descriptors that nothing else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Maps the guardian's stack with a guard page below it, and returns its (16-byte aligned) top.
+/// It is never unmapped: the guardian may outlive every use dlock makes of it, and dlock itself.
+fn map_stack() -> io::Result<*mut u8> {
+    let page = 4096;
+    // SAFETY: a fresh anonymous private mapping; nothing else refers to it.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            STACK + page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the lowest page of the mapping just made.
+    unsafe { libc::mprotect(base, page, libc::PROT_NONE) };
+    Ok(base.cast::<u8>().wrapping_add(STACK + page))
+}

@@ -1,0 +1,251 @@
+//! What the guardian reads from `/proc`, with raw system calls and fixed buffers (see
+//! `guardian.rs` for why): its children, to kill them, and its descriptors, to keep them across
+//! `execve`.
+//!
+//! Killing only the guardian's *children* round after round reaches the whole tree: it is a
+//! child subreaper, so when a killed process dies its children become the guardian's, and the
+//! next round kills them. A direct child is signalled by pid safely: an unreaped child's pid
+//! cannot be handed to another process.
+
+#![deny(
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects,
+    clippy::unreachable
+)]
+
+use crate::sys::raw;
+
+/// Sends `sig` to every child of this (single-threaded) process. Reads
+/// `/proc/self/task/PID/children`; without it (a kernel built without `CONFIG_PROC_CHILDREN`),
+/// scans `/proc/*/stat` for processes whose parent we are.
+pub(super) fn signal_children(sig: i32) {
+    let me = raw::getpid();
+    let mut path = Path::default();
+    path.push(b"/proc/self/task/");
+    path.number(me);
+    path.push(b"/children");
+    match path.open(0) {
+        Some(fd) => {
+            numbers_in(fd, |pid| {
+                let _ = raw::kill(pid, sig);
+            });
+            raw::close(fd);
+        }
+        None => scan_proc_for_children(me, sig),
+    }
+}
+
+/// Calls `f` with each whitespace-separated decimal number read from `fd`.
+fn numbers_in(fd: i32, mut f: impl FnMut(i32)) {
+    let mut buf = [0u8; 4096];
+    let mut n: Option<i32> = None;
+    while let Ok(len @ 1..) = raw::read(fd, &mut buf) {
+        for &b in buf.get(..len).unwrap_or_default() {
+            if b.is_ascii_digit() {
+                let d = i32::from(b.wrapping_sub(b'0'));
+                n = Some(n.unwrap_or(0).saturating_mul(10).saturating_add(d));
+            } else if let Some(v) = n.take() {
+                f(v);
+            }
+        }
+    }
+    if let Some(v) = n {
+        f(v);
+    }
+}
+
+/// The fallback of [`signal_children`].
+fn scan_proc_for_children(me: i32, sig: i32) {
+    let Some(dir) = Path::from(b"/proc").open(libc::O_DIRECTORY) else {
+        return;
+    };
+    for_each_entry(dir, |name| {
+        let Some(pid) = parse_pid(name) else { return };
+        let mut path = Path::default();
+        path.push(b"/proc/");
+        path.number(pid);
+        path.push(b"/stat");
+        let Some(fd) = path.open(0) else { return };
+        let mut stat = [0u8; 1024];
+        let len = raw::read(fd, &mut stat).unwrap_or(0);
+        raw::close(fd);
+        if parent_in_stat(stat.get(..len).unwrap_or_default()) == Some(me) {
+            let _ = raw::kill(pid, sig);
+        }
+    });
+    raw::close(dir);
+}
+
+/// The parent pid in a `/proc/PID/stat` line: "pid (comm) state ppid …", where comm may hold
+/// spaces and parentheses, so the fields are counted from the last ')'.
+fn parent_in_stat(stat: &[u8]) -> Option<i32> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = stat.get(close.checked_add(1)?..)?;
+    let mut fields = rest.split(|&b| b == b' ').filter(|f| !f.is_empty());
+    let _state = fields.next()?;
+    parse_pid(fields.next()?)
+}
+
+fn parse_pid(name: &[u8]) -> Option<i32> {
+    if name.is_empty() || name.len() > 9 || !name.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(name.iter().fold(0i32, |n, &b| {
+        n.saturating_mul(10)
+            .saturating_add(i32::from(b.wrapping_sub(b'0')))
+    }))
+}
+
+/// Clears close-on-exec on every open descriptor, so that a guardian executing itself anew
+/// keeps all it holds (the lock's descriptors among them). False if they could not be listed.
+pub(super) fn keep_descriptors_on_exec() -> bool {
+    let Some(dir) = Path::from(b"/proc/self/fd").open(libc::O_DIRECTORY) else {
+        return false;
+    };
+    let listed = for_each_entry(dir, |name| {
+        if let Some(fd) = parse_pid(name)
+            && fd != dir
+        {
+            let _ = raw::fcntl(fd, libc::F_SETFD, 0);
+        }
+    });
+    raw::close(dir);
+    listed
+}
+
+/// Calls `f` with the name of each entry of the open directory `dir`; false on a read error.
+fn for_each_entry(dir: i32, mut f: impl FnMut(&[u8])) -> bool {
+    let mut buf = [0u8; 4096];
+    loop {
+        let len = match raw::getdents64(dir, &mut buf) {
+            Ok(0) => return true,
+            Ok(len) => len,
+            Err(_) => return false,
+        };
+        // struct linux_dirent64 { u64 ino; i64 off; u16 reclen; u8 type; char name[]; }
+        let mut at = 0usize;
+        while at < len {
+            let Some(reclen) = buf
+                .get(at.saturating_add(16)..at.saturating_add(18))
+                .and_then(|b| b.try_into().ok())
+                .map(u16::from_ne_bytes)
+            else {
+                break;
+            };
+            let end = at.saturating_add(usize::from(reclen));
+            if let Some(rec) = buf.get(at.saturating_add(19)..end.min(len)) {
+                let name_len = rec.iter().position(|&b| b == 0).unwrap_or(rec.len());
+                f(rec.get(..name_len).unwrap_or_default());
+            }
+            if reclen == 0 {
+                break;
+            }
+            at = end;
+        }
+    }
+}
+
+/// A NUL-terminated path built without allocating.
+struct Path {
+    buf: [u8; 64],
+    len: usize,
+}
+
+impl Default for Path {
+    fn default() -> Path {
+        Path {
+            buf: [0; 64],
+            len: 0,
+        }
+    }
+}
+
+impl Path {
+    fn from(s: &[u8]) -> Path {
+        let mut p = Path::default();
+        p.push(s);
+        p
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        let end = self.len.saturating_add(bytes.len());
+        // Keep one byte for the NUL; a path that does not fit is cut, and then not found.
+        if let Some(dst) = self.buf.get_mut(self.len..end.min(63)) {
+            let n = dst.len();
+            dst.copy_from_slice(bytes.get(..n).unwrap_or_default());
+            self.len = self.len.saturating_add(n);
+        }
+    }
+
+    fn number(&mut self, v: i32) {
+        let mut digits = [0u8; 12];
+        let mut i = digits.len();
+        let mut v = v.unsigned_abs();
+        loop {
+            i = i.saturating_sub(1);
+            if let Some(d) = digits.get_mut(i) {
+                *d = b'0'.saturating_add((v % 10) as u8);
+            }
+            v /= 10;
+            if v == 0 || i == 0 {
+                break;
+            }
+        }
+        self.push(digits.get(i..).unwrap_or_default());
+    }
+
+    fn open(&self, flags: i32) -> Option<i32> {
+        let c = std::ffi::CStr::from_bytes_until_nul(&self.buf).ok()?;
+        raw::open(c, libc::O_RDONLY | flags).ok()
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::arithmetic_side_effects
+)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parents_are_read_past_any_command_name() {
+        assert_eq!(parent_in_stat(b"12 (sh) S 34 12 12 0"), Some(34));
+        assert_eq!(parent_in_stat(b"12 (a) b (c) S 56 1"), Some(56));
+        assert_eq!(parent_in_stat(b"12 (x"), None);
+        assert_eq!(parent_in_stat(b""), None);
+        assert_eq!(parse_pid(b"0123"), Some(123));
+        assert_eq!(parse_pid(b"12a"), None);
+        assert_eq!(parse_pid(b"9999999999"), None);
+    }
+
+    #[test]
+    fn numbers_are_read_across_chunks() {
+        let (r, w) = super::super::pipe().unwrap();
+        use std::os::fd::AsRawFd;
+        raw::write(w.as_raw_fd(), b"12 345 6\n").unwrap();
+        drop(w);
+        let mut got = Vec::new();
+        numbers_in(r.as_raw_fd(), |n| got.push(n));
+        assert_eq!(got, [12, 345, 6]);
+    }
+
+    #[test]
+    fn this_process_descriptors_are_listed() {
+        let dir = Path::from(b"/proc/self/fd")
+            .open(libc::O_DIRECTORY)
+            .unwrap();
+        let mut names = Vec::new();
+        assert!(for_each_entry(dir, |n| names.push(n.to_vec())));
+        raw::close(dir);
+        assert!(names.iter().any(|n| n == b"0"), "{names:?}");
+        let mut p = Path::default();
+        p.push(b"/proc/");
+        p.number(-42);
+        assert_eq!(&p.buf[..p.len], b"/proc/42");
+    }
+}
