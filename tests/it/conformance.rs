@@ -280,6 +280,13 @@ pub(crate) fn each_signal_reaches_the_command_and_frees_the_lock(b: &TestBackend
             wait_for_file(std::path::Path::new(&sleeper), Duration::from_secs(1))
                 .parse()
                 .unwrap();
+        // Until it has exec'd, the background job is a copy of the shell with the shell's trap
+        // handler, which would swallow the SIGTERM dlock sends it (then only the SIGKILL after
+        // the 5 s grace ends it: seen on a loaded machine).
+        wait_until(Duration::from_secs(5), "the sleeper to exec", || {
+            std::fs::read_to_string(format!("/proc/{sleeper_pid}/comm"))
+                .is_ok_and(|c| c.trim() == "sleep")
+        });
         p.signal(sig);
         let (out, _) = p.wait(Duration::from_secs(5));
         assert_eq!(

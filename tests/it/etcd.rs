@@ -20,6 +20,16 @@ mod modes {
     });
 }
 
+/// The command's whole process tree, whatever ends dlock (see `tree.rs`).
+mod tree {
+    use super::*;
+
+    crate::tree!(match shared_etcd() {
+        Some(e) => TestBackend::etcd(&e.url()),
+        None => return,
+    });
+}
+
 /// `etcdctl lock dlock/KEY` and dlock wait for each other's holders, both ways, in every dlock
 /// mode (the counter through both is docs/interop.md's snippet test, in `interop.rs`).
 #[test]

@@ -14,6 +14,13 @@ mod modes {
     crate::modes!(TestBackend::file());
 }
 
+/// The command's whole process tree, whatever ends dlock (see `tree.rs`).
+mod tree {
+    use super::*;
+
+    crate::tree!(TestBackend::file());
+}
+
 fn lock_dir(b: &TestBackend) -> std::path::PathBuf {
     std::path::PathBuf::from(b.args[3].strip_prefix("file://").unwrap())
 }

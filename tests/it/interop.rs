@@ -177,8 +177,8 @@ fn counter(name: &str) -> (PathBuf, PathBuf) {
     (counter, step)
 }
 
-/// Runs two dlock workers beside `apps` (each adding `n` under the application's lock), each
-/// adding 1 to `counter` `n` times with `step`; checks nothing was lost.
+/// Runs a dlock worker beside each of `apps` (each adding `n` under the application's lock),
+/// each adding 1 to `counter` `n` times with `step`; checks nothing was lost.
 fn counter_is_exact(
     b: &TestBackend,
     key: &str,
@@ -195,7 +195,8 @@ fn counter_is_exact(
             &["sh", step.to_str().unwrap()]
         ))
     );
-    let total = n * (2 + apps.len() as u32);
+    // One dlock worker beside each application.
+    let total = n * 2 * apps.len() as u32;
     for mut app in apps {
         workers.push(Proc::spawn(Command::new("sh").args(["-c", &dlock_runs])));
         workers.push(Proc::spawn(&mut app));
@@ -335,14 +336,19 @@ fn zookeeper_snippets_of_the_docs_share_dlocks_lock() {
     let mut py = Command::new(python);
     py.arg(dir.join("zk_lock.py")).args([name, "sh", step]);
     py.env("ZK_HOSTS", zk.hosts());
+    // One application at a time beside dlock: Curator does not see kazoo's `__lock__` nodes, so
+    // the two snippets can hold together (that is between them, not dlock's; it made this test
+    // fail now and then when they ran at once).
     let n = 3;
     counter_is_exact(
         &b,
         &key,
         n,
         (&counter, &step_path),
-        vec![repeated(&java, n), repeated(&py, n)],
+        vec![repeated(&java, n)],
     );
+    std::fs::write(&counter, "0\n").unwrap();
+    counter_is_exact(&b, &key, n, (&counter, &step_path), vec![repeated(&py, n)]);
 }
 
 /// The SQL snippet of docs/interop.md through the `mariadb` client: `GET_LOCK` on dlock's lock

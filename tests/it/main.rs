@@ -18,5 +18,6 @@ mod redis_cluster;
 mod redis_sentinel;
 mod redlock;
 mod servers;
+mod tree;
 mod util;
 mod zookeeper;

@@ -20,6 +20,16 @@ mod modes {
     });
 }
 
+/// The command's whole process tree, whatever ends dlock (see `tree.rs`).
+mod tree {
+    use super::*;
+
+    crate::tree!(match shared_mariadb() {
+        Some(m) => TestBackend::mysql(&m.url()),
+        None => return,
+    });
+}
+
 /// The holder's connection is KILLed on the server: noticed at the next ping (ttl/3), exit 79.
 #[test]
 fn killed_holder_connection_is_noticed_within_a_third_of_the_ttl() {

@@ -20,6 +20,16 @@ mod modes {
     });
 }
 
+/// The command's whole process tree, whatever ends dlock (see `tree.rs`).
+mod tree {
+    use super::*;
+
+    crate::tree!(match shared_postgres() {
+        Some(p) => TestBackend::postgres(&p.url()),
+        None => return,
+    });
+}
+
 mod faults {
     use super::*;
 

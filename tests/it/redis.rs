@@ -22,6 +22,16 @@ mod modes {
     });
 }
 
+/// The command's whole process tree, whatever ends dlock (see `tree.rs`).
+mod tree {
+    use super::*;
+
+    crate::tree!(match shared_redis() {
+        Some(url) => TestBackend::redis(&url),
+        None => return,
+    });
+}
+
 /// The server stops answering (SIGSTOP) for longer than the TTL.
 #[test]
 fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {

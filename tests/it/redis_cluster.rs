@@ -22,6 +22,16 @@ mod modes {
     });
 }
 
+/// The command's whole process tree, whatever ends dlock (see `tree.rs`).
+mod tree {
+    use super::*;
+
+    crate::tree!(match shared_redis_cluster() {
+        Some(c) => TestBackend::redis(&c.url(0)),
+        None => return,
+    });
+}
+
 /// A key whose slot node 0 does not own, and keys whose `}` would end the hash tag early (`}x`
 /// left an empty tag: CROSSSLOT, exit 69): each mode runs, `status` and `break` find them, and
 /// `status` without a key lists locks held on every node.

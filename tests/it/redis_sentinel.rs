@@ -21,6 +21,16 @@ mod modes {
     });
 }
 
+/// The command's whole process tree, whatever ends dlock (see `tree.rs`).
+mod tree {
+    use super::*;
+
+    crate::tree!(match shared_redis_sentinel() {
+        Some(s) => TestBackend::redis(&s.url()),
+        None => return,
+    });
+}
+
 /// `SENTINEL FAILOVER` while one run holds and others wait, twice (there and back): no two
 /// commands inside at once, tokens growing, and the waiters proceed on the new primary. A
 /// holder keeps its lock when the new primary has its token (a graceful failover waits for the

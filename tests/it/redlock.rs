@@ -20,6 +20,16 @@ mod modes {
     });
 }
 
+/// The command's whole process tree, whatever ends dlock (see `tree.rs`).
+mod tree {
+    use super::*;
+
+    crate::tree!(match shared_redlock() {
+        Some(urls) => TestBackend::redlock(&urls),
+        None => return,
+    });
+}
+
 fn masters(n: usize) -> Option<Vec<Redis>> {
     (0..n).map(|_| Redis::start(&[])).collect()
 }

@@ -350,10 +350,25 @@ impl Proc {
                 break;
             }
             if Instant::now() > deadline {
+                let mut tree = process_tree(self.pid());
+                if std::env::var_os("DLOCK_TEST_GDB").is_some() {
+                    let bt = Command::new("gdb")
+                        .args([
+                            "-batch",
+                            "-p",
+                            &self.pid().to_string(),
+                            "-ex",
+                            "thread apply all bt",
+                        ])
+                        .output();
+                    if let Ok(bt) = bt {
+                        tree.push_str(&String::from_utf8_lossy(&bt.stdout));
+                    }
+                }
                 self.child.kill().ok();
                 let out = self.take_output();
                 panic!(
-                    "{} did not exit within {limit:?}\n{}",
+                    "{} did not exit within {limit:?}\n{}\n--- its processes ---\n{tree}",
                     self.what,
                     describe(&out)
                 );
@@ -390,6 +405,59 @@ impl Drop for Proc {
             let _ = self.child.wait();
         }
     }
+}
+
+/// `pid` and every process below it, one line each (pid, parent, state, where it waits, pending
+/// and blocked signals, command line), for the message of a test that hung.
+pub(crate) fn process_tree(pid: i32) -> String {
+    let field = |p: i32, name: &str| {
+        std::fs::read_to_string(format!("/proc/{p}/{name}"))
+            .unwrap_or_default()
+            .replace('\0', " ")
+            .trim()
+            .to_string()
+    };
+    let status = |p: i32, key: &str| {
+        field(p, "status")
+            .lines()
+            .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+            .unwrap_or_default()
+    };
+    let procs: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .filter_map(|p| Some((p, status(p, "PPid:").parse().ok()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            procs
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    tree.iter()
+        .map(|&p| {
+            format!(
+                "{p} ppid {} {} wchan {} pnd {}/{} blk {}: {}",
+                status(p, "PPid:"),
+                status(p, "State:"),
+                field(p, "wchan"),
+                status(p, "SigPnd:"),
+                status(p, "ShdPnd:"),
+                status(p, "SigBlk:"),
+                field(p, "cmdline")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Waits until `cond` holds, checking every 5 ms, at most `limit`; returns how long it took.
@@ -434,8 +502,9 @@ pub(crate) fn ctrl_c_ends_it_at_once(p: Proc) {
     assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
     assert!(
         sent.elapsed() < Duration::from_secs(1),
-        "interrupt took {:?}",
-        sent.elapsed()
+        "interrupt took {:?}\n{}",
+        sent.elapsed(),
+        describe(&out)
     );
 }
 

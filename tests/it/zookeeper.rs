@@ -22,6 +22,16 @@ mod modes {
     });
 }
 
+/// The command's whole process tree, whatever ends dlock (see `tree.rs`).
+mod tree {
+    use super::*;
+
+    crate::tree!(match shared_zookeeper() {
+        Some(zk) => TestBackend::zookeeper(&zk.url()),
+        None => return,
+    });
+}
+
 /// A chroot no other test uses, so that a test can see every node it made.
 fn chroot(name: &str) -> String {
     format!("/{}", unique_key(name))
