@@ -18,15 +18,31 @@ use crate::report;
 use crate::signals;
 use crate::supervise::{self, Ending, LeaseClock};
 
-/// dlock's `main`.
+/// dlock's `main`, for a program started by Rust's runtime.
 pub fn main() -> ExitCode {
+    ExitCode::from(exit_code())
+}
+
+/// The `main` the C library calls in the `dlock` binary (`no_main`, see src/main.rs): Rust's
+/// runtime start-up did not run, so this does the part of it dlock needs — SIGPIPE ignored
+/// (a write to a closed pipe fails with EPIPE instead of killing dlock), descriptors 0-2 open
+/// (`/dev/null` for a closed one, so that no file dlock opens becomes its stderr) — and, at the
+/// end, what its clean-up would: flushing stdout.
+pub fn start() -> i32 {
+    crate::sys::start_like_std();
+    let code = exit_code();
+    let _ = std::io::stdout().flush();
+    i32::from(code)
+}
+
+fn exit_code() -> u8 {
     // A guardian executing itself anew (see `guard`) never gets past this.
     crate::guard::resume_if_asked();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => return ExitCode::from(clap_error(&e)),
+        Err(e) => return clap_error(&e),
     };
-    let code = match cli.command {
+    match cli.command {
         Command::Run(args) => match RunConfig::from_args(args) {
             Ok(cfg) => run(&cfg),
             Err(e) => usage(&e),
@@ -54,8 +70,7 @@ pub fn main() -> ExitCode {
             let _ = out.write_all(&crate::generate::completion(a.shell));
             0
         }
-    };
-    ExitCode::from(code)
+    }
 }
 
 /// Help and version go to stdout as clap renders them; errors become one `dlock:` line, exit 2.

@@ -2,7 +2,7 @@
 //! MySQL/MariaDB, keeps the lease alive in a background thread, and stops the command before the
 //! lock could be held by anyone else when the lease is lost.
 //!
-//! The binary is a thin wrapper around [`main`]. The layers, top down: `cli` (clap types) →
+//! The binary is a thin wrapper around [`start`] ([`main`] for a program started by Rust's runtime). The layers, top down: `cli` (clap types) →
 //! `config` (checked configuration) → `app` (the commands) → `lockset` (the locks of one run),
 //! `supervise` (the child), `keeper` (the lease) and `backend` (the lock servers); `sys` holds
 //! every system call std does not offer, and is the only module with `unsafe` code. `exit` holds
@@ -27,7 +27,7 @@ mod signals;
 mod supervise;
 mod sys;
 
-pub use app::main;
+pub use app::{main, start};
 
 /// What the integration tests in `tests/` reach inside for: the supervisor with a lease that
 /// cannot be renewed (`tests/supervisor.rs`, which, like `main`, must first let a guardian that

@@ -48,6 +48,29 @@ pub(crate) fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
+/// What Rust's runtime start-up would have done that dlock needs (see `app::start`): SIGPIPE
+/// ignored, and descriptors 0-2 open, `/dev/null` standing in for a closed one.
+pub(crate) fn start_like_std() {
+    // SAFETY: SIG_IGN is always a valid disposition.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // SAFETY: a valid array of three pollfds; zero timeout.
+    if unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } < 0 {
+        return;
+    }
+    for p in fds {
+        if p.revents & libc::POLLNVAL != 0 {
+            // SAFETY: a NUL-terminated path; the descriptor is left open on purpose: it takes the
+            // lowest free number, which is the closed one.
+            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        }
+    }
+}
+
 /// The effective user id.
 pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid takes no arguments and cannot fail.
