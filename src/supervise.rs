@@ -467,8 +467,9 @@ pub fn supervise(
             Event::ChildExited(st) => {
                 if status.is_none() {
                     status = Some(st);
-                    if let Some(s) = &stopping
-                        && !matches!(s.why, Ending::Exited(_))
+                    if stopping
+                        .as_ref()
+                        .is_some_and(|s| !matches!(s.why, Ending::Exited(_)))
                     {
                         // What the child left behind gets the same treatment it got.
                         terminate_descendants(child);
@@ -476,9 +477,7 @@ pub fn supervise(
                 }
             }
             Event::Leftovers => {
-                if stopping.is_none()
-                    && let Some(st) = status
-                {
+                if let (None, Some(st)) = (&stopping, status) {
                     let n = terminate_descendants(child);
                     if n > 0 {
                         crate::report::notice(format_args!(

@@ -127,9 +127,7 @@ impl Guard {
         loop {
             self.read_messages();
             let empty = self.reap();
-            if let Some(status) = self.status
-                && !self.told_exit
-            {
+            if let (Some(status), false) = (self.status, self.told_exit) {
                 self.told_exit = true;
                 self.tell(from_guard::EXITED, status as u64);
             }

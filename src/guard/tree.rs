@@ -105,12 +105,11 @@ pub(super) fn keep_descriptors_on_exec() -> bool {
     let Some(dir) = Path::from(b"/proc/self/fd").open(libc::O_DIRECTORY) else {
         return false;
     };
-    let listed = for_each_entry(dir, |name| {
-        if let Some(fd) = parse_pid(name)
-            && fd != dir
-        {
+    let listed = for_each_entry(dir, |name| match parse_pid(name) {
+        Some(fd) if fd != dir => {
             let _ = raw::fcntl(fd, libc::F_SETFD, 0);
         }
+        _ => {}
     });
     raw::close(dir);
     listed

@@ -667,9 +667,10 @@ impl RedisBackend {
     /// Takes a waiter that gives up off the waiter lists: on `con`, or on a new connection if
     /// `con` failed (a request a signal ended leaves it closed).
     fn forget(&self, con: &mut Connection, keys: &Keys, token: &str, signalled: bool) {
-        if forget_waiter(con, keys, token).is_err()
-            && let Ok(mut fresh) = self.cleanup_connection(signalled)
-        {
+        if forget_waiter(con, keys, token).is_ok() {
+            return;
+        }
+        if let Ok(mut fresh) = self.cleanup_connection(signalled) {
             let _ = forget_waiter(&mut fresh, keys, token);
         }
     }
