@@ -47,7 +47,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Give up after waiting this long for the lock [default: wait forever]')
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit code when the lock was not acquired')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the lock was not acquired')
-            [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'After SIGTERM to the command, how long before SIGKILL')
+            [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'After SIGTERM to the command (and what it started), how long before SIGKILL')
             [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'Shared (reader) lock: many shared holders at once, or one exclusive holder')
             [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Shared (reader) lock: many shared holders at once, or one exclusive holder')
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Try once; do not wait')

@@ -43,7 +43,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --wait 'Give up after waiting this long for the lock [default: wait forever]'
             cand -E 'Exit code when the lock was not acquired'
             cand --conflict-exit-code 'Exit code when the lock was not acquired'
-            cand --kill-grace 'After SIGTERM to the command, how long before SIGKILL'
+            cand --kill-grace 'After SIGTERM to the command (and what it started), how long before SIGKILL'
             cand -s 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
             cand --shared 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
             cand -n 'Try once; do not wait'

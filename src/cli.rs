@@ -144,7 +144,10 @@ pub(crate) enum Command {
     #[command(
         long_about = "Acquire the lock KEY (waiting for it unless --no-wait or --wait), run COMMAND \
 with the lock held, release it when COMMAND exits. COMMAND is executed directly, not through a \
-shell; everything after `--` belongs to it.",
+shell; everything after `--` belongs to it. The lock covers everything COMMAND starts: what it \
+leaves running when it exits is stopped (SIGTERM, SIGKILL after --kill-grace) before the lock is \
+released, and if dlock itself is killed (kill -9, the OOM killer), its guardian process kills \
+COMMAND's whole process tree before the lock can pass on.",
         after_long_help = table("Exit status", EXIT_STATUS)
     )]
     Run(RunArgs),
@@ -289,7 +292,7 @@ pub(crate) struct RunArgs {
     #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::DEFAULT_CONFLICT)]
     pub conflict_exit_code: u8,
 
-    /// After SIGTERM to the command, how long before SIGKILL
+    /// After SIGTERM to the command (and what it started), how long before SIGKILL
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub kill_grace: Duration,
 
