@@ -204,6 +204,21 @@ fn run(cfg: &RunConfig) -> u8 {
         report::verbose(format_args!("started pid {pid}"));
     }
     let ending = supervise::supervise(&child, &rx, &mut keeper, clock, cfg.kill_grace);
+    if child.left_running() {
+        // Processes that SIGKILL cannot end yet (uninterruptible sleep) are still there: the
+        // lock is left to the guardian, which holds a descriptor-held lock until they are gone;
+        // a lease runs out by itself. Releasing would let the next holder in beside them.
+        if let Ending::Lost(reason) = &ending {
+            report::error(format_args!(
+                "{name}: lost the lock '{keys_text}' while the command ran: {reason}; the command was terminated"
+            ));
+        }
+        report::warn(format_args!(
+            "{name}: processes of the command do not die (uninterruptible sleep?); the lock '{keys_text}' is left to free itself once they are gone, or when its lease runs out"
+        ));
+        keeper.abandon();
+        return ending.code();
+    }
     finish(cfg, &keys_text, keeper, &ending);
     ending.code()
 }
@@ -310,11 +325,21 @@ fn finish(cfg: &RunConfig, keys_text: &str, keeper: Keeper, ending: &Ending) {
             keeper.release()
         }
         Ending::Exited(_) => keeper.release(),
-        Ending::GuardianDied(pid, status) => {
-            report::error(format_args!(
-                "{name}: the guardian process (pid {pid}) died while the command ran ({}); the command and everything it started were killed",
-                exit::describe_status(*status)
-            ));
+        Ending::GuardianDied {
+            pid,
+            status,
+            started,
+        } => {
+            let status = exit::describe_status(*status);
+            if *started {
+                report::error(format_args!(
+                    "{name}: the guardian process (pid {pid}) died while the command ran ({status}); the command and everything it started were killed"
+                ));
+            } else {
+                report::error(format_args!(
+                    "{name}: the guardian process (pid {pid}) died ({status}) before it could say whether the command started; whatever it started was killed"
+                ));
+            }
             keeper.release()
         }
     };

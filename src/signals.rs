@@ -72,6 +72,17 @@ fn sets() -> &'static Sets {
     })
 }
 
+/// The signals dlock forwards, SIGUSR1 included, as a kernel signal set (bit N-1 for signal N):
+/// what its guardian passes on when a process sends them to it.
+pub(crate) fn forwarded_set() -> u64 {
+    sets()
+        .forwarded
+        .iter()
+        .chain(&[WAKE])
+        .filter(|&&s| (1..=64).contains(&s))
+        .fold(0, |set, &s| set | 1 << (s - 1))
+}
+
 /// Whether dlock forwards `sig` to the command (and exits 128+`sig`).
 pub(crate) fn is_forwarded(sig: i32) -> bool {
     sig == WAKE || sets().forwarded.contains(&sig)

@@ -70,9 +70,16 @@ pub enum Ending {
     Signalled(i32),
     /// The lease was lost (or could no longer be trusted) for this reason.
     Lost(String),
-    /// The guardian (this pid) died before the command did: killed by someone. Its command died
-    /// with it (PDEATHSIG) and dlock killed the rest.
-    GuardianDied(u32, ExitStatus),
+    /// The guardian died before the command did: killed by someone. Its command died with it
+    /// (PDEATHSIG) and dlock killed the rest.
+    GuardianDied {
+        /// The guardian's pid.
+        pid: u32,
+        /// How it ended.
+        status: ExitStatus,
+        /// Whether it had said the command started.
+        started: bool,
+    },
 }
 
 impl Ending {
@@ -83,7 +90,7 @@ impl Ending {
             Ending::Signalled(sig) => exit::signal_code(*sig),
             Ending::Lost(_) => exit::LOST,
             // As if the command had been killed with the guardian's signal, which it was.
-            Ending::GuardianDied(_, status) => exit::child_code(*status),
+            Ending::GuardianDied { status, .. } => exit::child_code(*status),
         }
     }
 }
@@ -118,30 +125,33 @@ impl Reaper {
         Arc::new(Reaper::default())
     }
 
-    /// Reaps every child that has exited, without blocking; call on SIGCHLD. Does nothing before
-    /// the guardian is started.
-    pub fn reap(&self, events: &Sender<Event>) {
+    /// Reaps every child that has exited, without blocking, and says what it found; call on
+    /// SIGCHLD. Nothing before the guardian is started.
+    fn reap(&self) -> Vec<Event> {
+        let mut found = Vec::new();
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(guardian) = st.guardian else { return };
+        let Some(guardian) = st.guardian else {
+            return found;
+        };
         loop {
             let pid = match crate::sys::waitid_exited_nowait() {
                 Ok(Some(pid)) => pid,
-                Ok(None) => return, // children remain, none has exited
+                Ok(None) => return found, // children remain, none has exited
                 Err(_) => {
                     // ECHILD: nothing left at all.
                     if st.reaped && !st.all_sent {
                         st.all_sent = true;
-                        let _ = events.send(Event::AllReaped);
+                        found.push(Event::AllReaped);
                     }
-                    return;
+                    return found;
                 }
             };
             let status = crate::sys::wait_pid(pid);
             if pid == guardian {
                 st.reaped = true;
-                let _ = events.send(Event::GuardianExited(status));
+                found.push(Event::GuardianExited(status));
             } else if Some(pid) == st.command {
-                let _ = events.send(Event::ChildExited(status));
+                found.push(Event::ChildExited(status));
             }
         }
     }
@@ -152,6 +162,8 @@ pub struct Child {
     guardian: Guardian,
     reaper: Arc<Reaper>,
     events: Sender<Event>,
+    /// [`supervise`] gave up on processes that would not die (see [`Child::left_running`]).
+    left_running: std::cell::Cell<bool>,
 }
 
 /// Why the command could not be started.
@@ -183,9 +195,9 @@ pub fn spawn(
     // An inherited token (dlock inside dlock) must not pass for ours when we have none.
     // SAFETY: getpgrp takes nothing and cannot fail.
     let pgid = unsafe { libc::getpgrp() };
-    let mut plan = Plan::new(command, &["DLOCK_FENCING_TOKEN"], env, pgid)
+    let plan = Plan::new(command, &["DLOCK_FENCING_TOKEN"], env, pgid)
         .map_err(|e| fail(exit::NOT_EXECUTABLE, e))?;
-    let guardian = Guardian::start(&mut plan, deadline, quiet).map_err(|e| match e {
+    let guardian = Guardian::start(Box::new(plan), deadline, quiet).map_err(|e| match e {
         StartError::Exec(e) if e.kind() == io::ErrorKind::NotFound => fail(exit::NOT_FOUND, e),
         StartError::Exec(e) => fail(exit::NOT_EXECUTABLE, e),
         StartError::Guardian(e) => fail(
@@ -204,6 +216,7 @@ pub fn spawn(
         guardian,
         reaper: reaper.clone(),
         events: events.clone(),
+        left_running: std::cell::Cell::new(false),
     })
 }
 
@@ -218,8 +231,28 @@ impl Child {
         self.guardian.signal_command(sig);
     }
 
-    /// On SIGCHLD: the guardian's reports (which come before its own exit), then reaping.
+    /// The ending of a run whose guardian died (ended with `status`) before the command.
+    fn guardian_died(&self, status: ExitStatus) -> Ending {
+        Ending::GuardianDied {
+            pid: self.guardian.pid() as u32,
+            status,
+            started: self.guardian.command().is_some(),
+        }
+    }
+
+    /// Whether processes of the command were still there (uninterruptible) when [`supervise`]
+    /// returned: then the lock must not be released but left to the guardian, which keeps a
+    /// descriptor-held lock until they are gone (a lease runs out by itself).
+    pub fn left_running(&self) -> bool {
+        self.left_running.get()
+    }
+
+    /// On SIGCHLD: reaping, then the guardian's reports, then what reaping found. Reports are
+    /// read after reaping because the guardian writes them before it exits: read first, a
+    /// report written just before an exit reaped next would come after it (and a command's
+    /// exit code would be taken for a guardian's death).
     fn poll(&self) {
+        let reaped = self.reaper.reap();
         for report in self.guardian.reports() {
             let event = match report {
                 Report::Exited(status) => Event::ChildExited(status),
@@ -230,7 +263,9 @@ impl Child {
             };
             let _ = self.events.send(event);
         }
-        self.reaper.reap(&self.events);
+        for event in reaped {
+            let _ = self.events.send(event);
+        }
     }
 }
 
@@ -288,9 +323,14 @@ fn terminate_descendants(child: &Child) -> usize {
     signal_descendants(&[libc::SIGTERM, libc::SIGCONT], Some(child.guardian.pid()))
 }
 
-/// SIGKILL to every descendant, the guardian included (a stopped guardian would never exit).
-fn kill_descendants() {
-    signal_descendants(&[libc::SIGKILL], None);
+/// SIGKILL to every descendant but the guardian, which must outlive them (its copies of
+/// dlock's descriptors hold the lock if dlock dies now); it gets SIGCONT, in case someone
+/// stopped it (it blocks every other signal).
+fn kill_descendants(child: &Child) {
+    signal_descendants(&[libc::SIGKILL], Some(child.guardian.pid()));
+    if let Some(fd) = crate::sys::PidFd::open(child.guardian.pid()) {
+        fd.signal(libc::SIGCONT);
+    }
 }
 
 /// Signals `pid` only if it is still the process that started at `start`; says if it did.
@@ -390,7 +430,7 @@ pub fn supervise(
                 let kill_at = lease.deadline.map_or(s.kill_at, |d| d.min(s.kill_at));
                 if now >= kill_at {
                     // Keep killing: a process forked during the last scan is caught by this one.
-                    kill_descendants();
+                    kill_descendants(child);
                     s.killed = true;
                     wake = Duration::from_millis(50);
                 } else {
@@ -398,8 +438,9 @@ pub fn supervise(
                 }
                 if status.is_some() && s.killed && now >= kill_at + Duration::from_secs(1) {
                     // Something below the command cannot be killed (uninterruptible sleep): give
-                    // up on it rather than hang; the command itself is gone. (The guardian keeps
-                    // a descriptor-held lock until that process is gone too.)
+                    // up on it rather than hang; the command itself is gone. The lock is left
+                    // to the guardian (see `left_running`).
+                    child.left_running.set(true);
                     return s.why.clone();
                 }
             }
@@ -493,29 +534,34 @@ pub fn supervise(
                     });
                 }
             }
-            Event::GuardianExited(st) => {
-                if status.is_none() && stopping.is_none() {
-                    // Killed by someone: its command died with it (PDEATHSIG); what is left came
-                    // to dlock. Kill it all now, then release.
-                    let why = Ending::GuardianDied(child.guardian.pid() as u32, st);
+            Event::GuardianExited(st) => match (&stopping, status) {
+                // Killed by someone: its command died with it (PDEATHSIG); what is left came to
+                // dlock. Kill it all now, then release.
+                (None, None) => {
                     stopping = Some(Stopping {
-                        why,
+                        why: child.guardian_died(st),
                         kill_at: BootInstant::now(),
                         killed: false,
                     });
                 }
-            }
+                // Killed after the command exited, before it said what the command left
+                // running: that came to dlock, and is stopped like any leftovers.
+                (None, Some(st)) => {
+                    terminate_descendants(child);
+                    stopping = Some(Stopping {
+                        why: Ending::Exited(st),
+                        kill_at: BootInstant::now() + kill_grace,
+                        killed: false,
+                    });
+                }
+                (Some(_), _) => {}
+            },
             Event::AllReaped => match (&stopping, status) {
                 (Some(s), _) => return s.why.clone(),
                 (None, Some(st)) => return Ending::Exited(st),
                 // Unreachable in practice (the guardian's exit comes first); never release
                 // with nothing known: treat as a guardian gone.
-                (None, None) => {
-                    return Ending::GuardianDied(
-                        child.guardian.pid() as u32,
-                        ExitStatus::from_raw(libc::SIGKILL),
-                    );
-                }
+                (None, None) => return child.guardian_died(ExitStatus::from_raw(libc::SIGKILL)),
             },
         }
     }

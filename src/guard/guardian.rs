@@ -24,12 +24,20 @@ use std::time::Duration;
 use super::{DETACH_AFTER, MESSAGE, Setup, decode, encode, from_guard, to_guard, tree};
 use crate::sys::raw;
 
+unsafe extern "C" {
+    /// The C library's environment: read (never written) by a guardian executing itself anew.
+    static environ: *const *const libc::c_char;
+}
+
 /// How often a guardian that is killing the tree looks again for processes that came to it
 /// (orphans are re-parented without a signal to their new parent).
 const KILL_ROUND: Duration = Duration::from_millis(10);
 
-/// The first arguments of a guardian executing itself anew; anything else is not one.
-const RESUME: &[u8] = b"dlock-guard";
+/// The guardian's name (`ps`, `/proc/PID/comm`), which is also the first argument of a guardian
+/// executing itself anew. Not "dlock…": `pkill -9 dlock` would kill dlock and its guardian at
+/// once, the one case a guardian cannot cover.
+const NAME: &std::ffi::CStr = c"d-lock-guard";
+/// The second argument of a guardian executing itself anew; anything else is not one.
 const RESUME_MARK: &[u8] = b"--resume-guardian-v1";
 
 /// The guardian's whole state: on its own stack, or passed through `execve`.
@@ -60,12 +68,20 @@ struct Guard {
     quiet: bool,
     /// Processes reaped while killing (for the line said when dlock died).
     killed: u32,
+    /// The signals dlock forwards (bit N-1 for signal N): one sent to the guardian — a
+    /// command's `kill $PPID` — is passed on to dlock, as it reached dlock before.
+    forward: u64,
 }
 
 /// The guardian's first function, on its own stack (`clone` in [`super::Guardian::start`]).
 pub(super) extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
-    // First, so that nothing the command starts can be re-parented past us.
+    // First, so that nothing the command starts can be re-parented past us; then out of
+    // dlock's process group before the command exists (a `kill -9` of that group, as
+    // `timeout -s KILL` sends, must not reach the guardian), and every signal blocked (taken
+    // from a descriptor below; the command unblocks its own).
     let _ = raw::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    let _ = raw::setpgid(0, 0);
+    raw::block_all_signals();
     // SAFETY: `arg` is the `Setup` that `start` keeps alive until we report below.
     let setup = unsafe { &mut *arg.cast::<Setup<'_>>() };
     for fd in setup.dlock_ends {
@@ -86,6 +102,7 @@ pub(super) extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
             0
         },
         quiet: setup.quiet,
+        forward: setup.forward,
         ..Guard::default()
     };
     // dlock's main thread waits for our report, so the C library may still be used here (the
@@ -106,14 +123,11 @@ pub(super) extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
 }
 
 impl Guard {
-    /// What a guardian does once the command runs: a process group of its own (a `kill -9` of
-    /// dlock's group, as `timeout -s KILL` sends, must not reach it), a name for `ps`, every
-    /// signal blocked (only SIGKILL ends it), SIGCHLD as a descriptor, and a pidfd for dlock.
+    /// What a guardian does once the command runs: a name for `ps`, SIGCHLD and the forwarded
+    /// signals as a descriptor, and a pidfd for dlock.
     fn settle(&mut self) {
-        let _ = raw::setpgid(0, 0);
-        let _ = raw::prctl(libc::PR_SET_NAME, c"dlock-guard".as_ptr() as usize);
-        raw::block_all_signals();
-        self.sigchld = raw::signalfd(libc::SIGCHLD).unwrap_or(-1);
+        let _ = raw::prctl(libc::PR_SET_NAME, NAME.as_ptr() as usize);
+        self.sigchld = raw::signalfd(self.signal_set()).unwrap_or(-1);
         self.dlock_fd = raw::pidfd_open(self.dlock).unwrap_or(-1);
         // dlock died before the pidfd was made (we were re-parented): the pidfd, if any, is
         // some other process's.
@@ -121,6 +135,11 @@ impl Guard {
             self.dlock_gone = true;
             self.killing = true;
         }
+    }
+
+    /// SIGCHLD and the signals passed on to dlock, as a kernel signal set.
+    fn signal_set(&self) -> u64 {
+        self.forward | 1u64 << (libc::SIGCHLD - 1)
     }
 
     fn run(mut self) -> ! {
@@ -152,6 +171,10 @@ impl Guard {
                 self.kick();
             }
             if self.killing {
+                if self.status.is_none() {
+                    // Our unreaped child: by pid, in case /proc cannot list our children.
+                    let _ = raw::kill(self.child, libc::SIGKILL);
+                }
                 tree::signal_children(libc::SIGKILL);
             }
             if self.detach_at_ns != 0 && now >= self.detach_at_ns {
@@ -242,9 +265,32 @@ impl Guard {
             return;
         }
         raw::poll(&mut fds, timeout);
-        // Drain the SIGCHLDs: reaping above looks at every child anyway.
+        // Drain the signals: SIGCHLDs need nothing (reaping looks at every child anyway); any
+        // other goes on to dlock, as if sent to it (`signalfd_siginfo`: the number first).
         let mut info = [0u8; 128 * 4];
-        while let Ok(1..) = raw::read(self.sigchld, &mut info) {}
+        while let Ok(n @ 1..) = raw::read(self.sigchld, &mut info) {
+            for one in info.get(..n).unwrap_or_default().chunks_exact(128) {
+                let signo = one
+                    .get(..4)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u32::from_ne_bytes);
+                if signo != libc::SIGCHLD as u32 && signo != 0 {
+                    self.pass_on(signo as i32);
+                }
+            }
+        }
+    }
+
+    /// Sends dlock a signal that reached the guardian.
+    fn pass_on(&self, sig: i32) {
+        if self.dlock_gone {
+            return;
+        }
+        if self.dlock_fd >= 0 {
+            let _ = raw::pidfd_send_signal(self.dlock_fd, sig);
+        } else if raw::getppid() == self.dlock {
+            let _ = raw::kill(self.dlock, sig);
+        }
     }
 
     /// Best effort: dlock reads these when it reaps us, or when kicked.
@@ -253,17 +299,10 @@ impl Guard {
     }
 
     /// Wakes dlock (its main thread waits for SIGCHLD, among other signals) to read a report
-    /// that comes before our own exit.
+    /// that comes before our own exit. (Without pidfds, Linux < 5.3, by pid: our parent is
+    /// dlock as long as it lives.)
     fn kick(&self) {
-        if self.dlock_gone {
-            return;
-        }
-        if self.dlock_fd >= 0 {
-            let _ = raw::pidfd_send_signal(self.dlock_fd, libc::SIGCHLD);
-        } else if raw::getppid() == self.dlock {
-            // No pidfds (Linux < 5.3): our parent is dlock as long as it lives.
-            let _ = raw::kill(self.dlock, libc::SIGCHLD);
-        }
+        self.pass_on(libc::SIGCHLD);
     }
 
     /// One line on stderr, after the tree is gone, unless `-q`.
@@ -298,7 +337,7 @@ impl Guard {
             f(args);
             args.push(b"\0");
         };
-        arg(&mut args, &|l| l.push(RESUME));
+        arg(&mut args, &|l| l.push(NAME.to_bytes()));
         arg(&mut args, &|l| l.push(RESUME_MARK));
         for v in self.fields() {
             arg(&mut args, &|l| l.signed(v));
@@ -310,10 +349,13 @@ impl Guard {
         for (p, &start) in argv.iter_mut().zip(starts.iter().take(count)) {
             *p = args.buf.as_ptr().wrapping_add(start).cast();
         }
-        let envp = [std::ptr::null::<libc::c_char>()];
+        // dlock's environment (LD_LIBRARY_PATH, say, may be what lets its binary start).
+        // SAFETY: `environ` is the C library's NULL-terminated array; dlock never changes its
+        // environment, so it is not being rewritten while we read it.
+        let envp = unsafe { environ };
         // SAFETY: `argv` holds `count` pointers to NUL-terminated strings in `args.buf`, then
-        // NULLs; `envp` is empty; both outlive the call.
-        let _ = unsafe { raw::execve(c"/proc/self/exe", argv.as_ptr(), envp.as_ptr()) };
+        // NULLs; both arrays outlive the call.
+        let _ = unsafe { raw::execve(c"/proc/self/exe", argv.as_ptr(), envp) };
     }
 
     /// The state passed through `execve`, in a fixed order ([`Guard::from_fields`]).
@@ -335,7 +377,7 @@ impl Guard {
             flag(self.told_deadline),
             flag(self.quiet),
             i64::from(self.killed),
-            0, // reserved
+            self.forward as i64,
         ]
     }
 
@@ -369,6 +411,7 @@ impl Guard {
             told_deadline: flag(12)?,
             quiet: flag(13)?,
             killed: u32::try_from(*f.get(14)?).ok()?,
+            forward: *f.get(15)? as u64,
         })
     }
 }
@@ -386,9 +429,11 @@ pub(super) fn can_detach() -> bool {
 /// guarding and never returns. Anything else returns at once. Call first thing in `main`: a
 /// program that does not never gets detached guardians (see [`super::DETACH_AFTER`]).
 pub fn resume_if_asked() {
-    RESUMABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+    RESUMABLE.store(exe_is_this_program(), std::sync::atomic::Ordering::Relaxed);
     let mut args = std::env::args_os();
-    if args.next().is_none_or(|a| a.as_encoded_bytes() != RESUME)
+    if args
+        .next()
+        .is_none_or(|a| a.as_encoded_bytes() != NAME.to_bytes())
         || args
             .next()
             .is_none_or(|a| a.as_encoded_bytes() != RESUME_MARK)
@@ -402,9 +447,20 @@ pub fn resume_if_asked() {
         let _ = raw::write(2, b"dlock: not a guardian's state\n");
         raw::exit(2);
     };
-    let _ = raw::prctl(libc::PR_SET_NAME, c"dlock-guard".as_ptr() as usize);
+    let _ = raw::prctl(libc::PR_SET_NAME, NAME.as_ptr() as usize);
     raw::block_all_signals();
     g.run()
+}
+
+/// Whether `/proc/self/exe` is this program, which a guardian can execute anew. It is not when
+/// the program was started as `ld.so PROGRAM` (then it is the dynamic loader, which would take
+/// a guardian's arguments for a program to run, and fail: the guardian gone, the command killed
+/// by its PDEATHSIG). The kernel says so: it loaded no interpreter (`AT_BASE` is 0), and glibc
+/// rewrites the other entries (`AT_EXECFN`, `AT_ENTRY`) to the program's. A static build reads 0
+/// too, and keeps its guardians in its memory: safe, with the OOM caveat for the whole run.
+fn exe_is_this_program() -> bool {
+    // SAFETY: getauxval reads the auxiliary vector, nothing else.
+    unsafe { libc::getauxval(libc::AT_BASE) != 0 }
 }
 
 /// A line built without allocating; what does not fit is dropped (and `full` set).
@@ -492,6 +548,7 @@ mod tests {
             told_deadline: false,
             quiet: true,
             killed: 5,
+            forward: 1 << 14,
         };
         assert_eq!(Guard::from_fields(&g.fields()), Some(g));
         let mut f = g.fields();

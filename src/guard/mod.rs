@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! dlock (holds the lock, renews it, forwards signals)        own process group: the job's
-//!   └─ dlock-guard (subreaper; holds copies of every descriptor dlock had, the lock's among them)
+//!   └─ d-lock-guard (subreaper; holds copies of every descriptor dlock had, the lock's among them)
 //!        └─ COMMAND ─ its children, grandchildren, daemons that called setsid …
 //! ```
 //!
@@ -130,13 +130,15 @@ struct Setup<'a> {
     quiet: bool,
     /// This binary resumes guardians ([`resume_if_asked`]): detaching is allowed.
     detach: bool,
+    /// What the guardian passes on to dlock ([`crate::signals::forwarded_set`]).
+    forward: u64,
 }
 
 impl Guardian {
     /// Starts the guardian, which starts the command as its child. Returns once the command has
     /// been executed (or could not be). Call from the main thread, whose signals are blocked.
     pub(crate) fn start(
-        plan: &mut Plan,
+        mut plan: Box<Plan>,
         deadline: Option<BootInstant>,
         quiet: bool,
     ) -> Result<Guardian, StartError> {
@@ -145,7 +147,7 @@ impl Guardian {
         let (from_dlock, to_guard) = pipe().map_err(guardian)?;
         let (from_guard, to_dlock) = pipe().map_err(guardian)?;
         let mut setup = Setup {
-            plan,
+            plan: &mut plan,
             from_dlock: from_dlock.as_raw_fd(),
             to_dlock: to_dlock.as_raw_fd(),
             dlock_ends: [to_guard.as_raw_fd(), from_guard.as_raw_fd()],
@@ -153,6 +155,7 @@ impl Guardian {
             deadline_ns: deadline.map_or(0, ns),
             quiet,
             detach: guardian::can_detach(),
+            forward: crate::signals::forwarded_set(),
         };
         // SAFETY: `guardian::entry` runs on its own stack (mapped above, never unmapped) in this
         // process's memory. It reads `setup` only until it reports on `to_dlock`, and this
@@ -195,8 +198,12 @@ impl Guardian {
                     raw::poll(&mut fds, None);
                 }
                 // The guardian died before it said (killed): its end closed. Whatever it
-                // started is now dlock's child; the supervisor kills and reaps it.
-                _ => break None,
+                // started is now dlock's child; the supervisor kills and reaps it. The plan
+                // stays: a command killed before its exec may still be running on its stack.
+                _ => {
+                    Box::leak(plan);
+                    return Ok(g);
+                }
             }
         };
         match first {

@@ -20,9 +20,14 @@ use crate::sys::raw;
 
 /// Sends `sig` to every child of this (single-threaded) process. Reads
 /// `/proc/self/task/PID/children`; without it (a kernel built without `CONFIG_PROC_CHILDREN`),
-/// scans `/proc/*/stat` for processes whose parent we are.
+/// scans `/proc/*/stat` for processes whose parent we are. Nothing if the /proc mounted here
+/// numbers processes differently from us (another PID namespace's): its pids are not ours to
+/// signal. (The caller kills the command by its pid anyway.)
 pub(super) fn signal_children(sig: i32) {
     let me = raw::getpid();
+    if !proc_is_ours(me) {
+        return;
+    }
     let mut path = Path::default();
     path.push(b"/proc/self/task/");
     path.number(me);
@@ -36,6 +41,15 @@ pub(super) fn signal_children(sig: i32) {
         }
         None => scan_proc_for_children(me, sig),
     }
+}
+
+/// Whether `/proc/self` names us by our own pid: /proc belongs to our PID namespace.
+fn proc_is_ours(me: i32) -> bool {
+    let mut buf = [0u8; 16];
+    raw::readlink(c"/proc/self", &mut buf)
+        .ok()
+        .and_then(parse_pid)
+        == Some(me)
 }
 
 /// Calls `f` with each whitespace-separated decimal number read from `fd`.
@@ -231,6 +245,12 @@ mod tests {
         let mut got = Vec::new();
         numbers_in(r.as_raw_fd(), |n| got.push(n));
         assert_eq!(got, [12, 345, 6]);
+    }
+
+    #[test]
+    fn proc_is_this_process_namespace() {
+        assert!(proc_is_ours(raw::getpid()));
+        assert!(!proc_is_ours(raw::getpid() + 1));
     }
 
     #[test]

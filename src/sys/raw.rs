@@ -126,6 +126,25 @@ pub(crate) fn open(path: &CStr, flags: i32) -> Result<i32, Errno> {
     .map(|fd| fd as i32)
 }
 
+/// `readlinkat(AT_FDCWD, path, buf)`: the link's target, as bytes in `buf`.
+pub(crate) fn readlink<'a>(path: &CStr, buf: &'a mut [u8]) -> Result<&'a [u8], Errno> {
+    // SAFETY: `path` is NUL-terminated and `buf` writable for its length, both for the call.
+    let n = unsafe {
+        call(
+            libc::SYS_readlinkat,
+            [
+                libc::AT_FDCWD as usize,
+                path.as_ptr() as usize,
+                buf.as_mut_ptr() as usize,
+                buf.len(),
+                0,
+                0,
+            ],
+        )
+    }?;
+    Ok(buf.get(..n).unwrap_or_default())
+}
+
 /// `getdents64(fd, buf)`: directory entries (`struct linux_dirent64`) into `buf`.
 pub(crate) fn getdents64(fd: i32, buf: &mut [u8]) -> Result<usize, Errno> {
     // SAFETY: `buf` is valid for writes of its length for the duration of the call.
@@ -271,9 +290,9 @@ pub(crate) fn block_all_signals() {
     };
 }
 
-/// A non-blocking, close-on-exec signalfd for `sig` (blocked by the caller).
-pub(crate) fn signalfd(sig: i32) -> Result<i32, Errno> {
-    let set: u64 = 1u64 << ((sig as u32).wrapping_sub(1) & 63);
+/// A non-blocking, close-on-exec signalfd for the signals in `set` (bit N-1 for signal N;
+/// blocked by the caller).
+pub(crate) fn signalfd(set: u64) -> Result<i32, Errno> {
     let flags = libc::SFD_NONBLOCK | libc::SFD_CLOEXEC;
     // SAFETY: a valid 8-byte kernel sigset that outlives the call; -1 asks for a new descriptor.
     unsafe {

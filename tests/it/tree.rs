@@ -143,13 +143,13 @@ impl Tree {
             .collect()
     }
 
-    /// The holder's guardian: the child of dlock named `dlock-guard`.
+    /// The holder's guardian: the child of dlock named `d-lock-guard`.
     fn guardian(&self) -> i32 {
         let mut found = None;
         wait_until(Duration::from_secs(5), "the guardian", || {
             found = children(self.holder.pid())
                 .into_iter()
-                .find(|&p| comm(p).as_deref() == Some("dlock-guard"));
+                .find(|&p| comm(p).as_deref() == Some("d-lock-guard"));
             found.is_some()
         });
         found.unwrap()
@@ -433,4 +433,48 @@ fn comm(pid: i32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()
         .map(|s| s.trim().to_string())
+}
+
+/// A command's `kill $PPID` reaches dlock, as it did before the guardian stood between them:
+/// the guardian passes on every signal dlock forwards (and dlock forwards it to the command).
+#[test]
+fn a_signal_the_command_sends_its_parent_reaches_dlock() {
+    let b = TestBackend::file();
+    let key = unique_key("kill-ppid");
+    for (sig, name) in [(libc::SIGTERM, "TERM"), (libc::SIGUSR1, "USR1")] {
+        let out = output(&mut b.run(
+            &key,
+            &[],
+            &sh(&format!(
+                "trap 'exit 0' {name}; kill -{name} $PPID; sleep 10 & wait"
+            )),
+        ));
+        assert_eq!(out.status.code(), Some(128 + sig), "{}", describe(&out));
+    }
+}
+
+/// Started through the dynamic loader (`ld.so dlock …`), `/proc/self/exe` is the loader: a
+/// guardian that executed it anew would be gone (and the command killed 20 ms into the run).
+/// It must stay as it is instead.
+#[test]
+fn started_through_the_dynamic_loader_the_guardian_stays() {
+    let Some(loader) = ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"]
+        .into_iter()
+        .find(|l| Path::new(l).exists())
+    else {
+        panic!("no dynamic loader where glibc keeps it");
+    };
+    let b = TestBackend::file();
+    let mut cmd = std::process::Command::new(loader);
+    cmd.arg(DLOCK).arg("run").args(&b.args).args([
+        "-k",
+        &unique_key("ld-so"),
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.2; cat /proc/$PPID/comm",
+    ]);
+    let out = output(&mut cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "d-lock-guard");
 }
