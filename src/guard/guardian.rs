@@ -5,22 +5,13 @@
 //! Until it has detached ([`super::DETACH_AFTER`]) this code runs in dlock's memory with the C
 //! library's thread state of dlock's main thread, which keeps running. So, from the moment it
 //! reports the command started: no allocation, no lock, no C library call (`errno`), no panic.
-//! The lints below make the compiler check the last; the rest is kept by calling only
+//! The module's lints (`guard/mod.rs`) make the compiler check the last; the rest is kept by calling only
 //! [`crate::sys::raw`] and this module's own functions. After it detached (a process of its own)
 //! the same code runs unchanged.
 
-#![deny(
-    clippy::indexing_slicing,
-    clippy::panic,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::arithmetic_side_effects,
-    clippy::unreachable,
-    clippy::string_slice
-)]
-
 use std::time::Duration;
 
+use super::buf::Buf;
 use super::{DETACH_AFTER, MESSAGE, Setup, decode, encode, from_guard, to_guard, tree};
 use crate::sys::raw;
 
@@ -310,7 +301,7 @@ impl Guard {
         if self.quiet {
             return;
         }
-        let mut line = Line::default();
+        let mut line = Buf::<512>::default();
         line.push(b"dlock: the dlock process ");
         line.number(u64::from(self.dlock.unsigned_abs()));
         line.push(b" died while its command ran; its guardian killed the command's ");
@@ -326,12 +317,12 @@ impl Guard {
         if !tree::keep_descriptors_on_exec() {
             return;
         }
-        let mut args = Line::default();
+        let mut args = Buf::<512>::default();
         let mut starts = [0usize; 24];
         let mut count = 0usize;
-        let mut arg = |args: &mut Line, f: &dyn Fn(&mut Line)| {
+        let mut arg = |args: &mut Buf<512>, f: &dyn Fn(&mut Buf<512>)| {
             if let Some(s) = starts.get_mut(count) {
-                *s = args.len;
+                *s = args.len();
                 count = count.saturating_add(1);
             }
             f(args);
@@ -342,12 +333,12 @@ impl Guard {
         for v in self.fields() {
             arg(&mut args, &|l| l.signed(v));
         }
-        if args.full {
+        if args.full() {
             return;
         }
         let mut argv = [std::ptr::null::<libc::c_char>(); 25];
         for (p, &start) in argv.iter_mut().zip(starts.iter().take(count)) {
-            *p = args.buf.as_ptr().wrapping_add(start).cast();
+            *p = args.as_ptr().wrapping_add(start).cast();
         }
         // dlock's environment (LD_LIBRARY_PATH, say, may be what lets its binary start).
         // SAFETY: `environ` is the C library's NULL-terminated array; dlock never changes its
@@ -463,63 +454,6 @@ fn exe_is_this_program() -> bool {
     unsafe { libc::getauxval(libc::AT_BASE) != 0 }
 }
 
-/// A line built without allocating; what does not fit is dropped (and `full` set).
-struct Line {
-    buf: [u8; 512],
-    len: usize,
-    full: bool,
-}
-
-impl Default for Line {
-    fn default() -> Line {
-        Line {
-            buf: [0; 512],
-            len: 0,
-            full: false,
-        }
-    }
-}
-
-impl Line {
-    fn push(&mut self, bytes: &[u8]) {
-        let end = self.len.saturating_add(bytes.len());
-        match self.buf.get_mut(self.len..end) {
-            Some(dst) => {
-                dst.copy_from_slice(bytes);
-                self.len = end;
-            }
-            None => self.full = true,
-        }
-    }
-
-    fn number(&mut self, mut v: u64) {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        loop {
-            i = i.saturating_sub(1);
-            if let Some(d) = digits.get_mut(i) {
-                *d = b'0'.saturating_add((v % 10) as u8);
-            }
-            v /= 10;
-            if v == 0 || i == 0 {
-                break;
-            }
-        }
-        self.push(digits.get(i..).unwrap_or_default());
-    }
-
-    fn signed(&mut self, v: i64) {
-        if v < 0 {
-            self.push(b"-");
-        }
-        self.number(v.unsigned_abs());
-    }
-
-    fn bytes(&self) -> &[u8] {
-        self.buf.get(..self.len).unwrap_or_default()
-    }
-}
-
 #[cfg(test)]
 #[allow(
     clippy::indexing_slicing,
@@ -555,20 +489,5 @@ mod tests {
         f[8] = 2;
         assert_eq!(Guard::from_fields(&f), None, "a flag is 0 or 1");
         assert_eq!(Guard::from_fields(&f[..15]), None);
-    }
-
-    #[test]
-    fn lines_are_built_without_overflowing() {
-        let mut l = Line::default();
-        l.number(0);
-        l.push(b" ");
-        l.signed(-42);
-        l.push(b" ");
-        l.number(u64::MAX);
-        assert_eq!(l.bytes(), b"0 -42 18446744073709551615");
-        for _ in 0..100 {
-            l.push(b"0123456789");
-        }
-        assert!(l.full && l.len <= 512);
     }
 }

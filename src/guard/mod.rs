@@ -29,6 +29,19 @@
 //! [`DETACH_AFTER`] gets memory of its own by executing dlock's binary again
 //! (`/proc/self/exe`, [`resume_if_asked`]); a short command never pays for that.
 
+// What runs in the guardian must not be able to panic (see `guardian.rs`): checked here for the
+// whole module, dlock's side included.
+#![deny(
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects,
+    clippy::unreachable,
+    clippy::string_slice
+)]
+
+mod buf;
 mod guardian;
 mod tree;
 
@@ -249,7 +262,7 @@ impl Guardian {
         let mut out = Vec::new();
         let mut buf = [0u8; MESSAGE * 8];
         while let Ok(n @ 1..) = raw::read(self.from_guard.as_raw_fd(), &mut buf) {
-            for m in buf[..n].chunks_exact(MESSAGE) {
+            for m in buf.get(..n).unwrap_or_default().chunks_exact(MESSAGE) {
                 match decode(m) {
                     Some((from_guard::EXITED, status)) => {
                         out.push(Report::Exited(ExitStatus::from_raw(status as i32)));

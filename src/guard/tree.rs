@@ -7,15 +7,7 @@
 //! next round kills them. A direct child is signalled by pid safely: an unreaped child's pid
 //! cannot be handed to another process.
 
-#![deny(
-    clippy::indexing_slicing,
-    clippy::panic,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::arithmetic_side_effects,
-    clippy::unreachable
-)]
-
+use super::buf::Buf;
 use crate::sys::raw;
 
 /// Sends `sig` to every child of this (single-threaded) process. Reads
@@ -28,11 +20,11 @@ pub(super) fn signal_children(sig: i32) {
     if !proc_is_ours(me) {
         return;
     }
-    let mut path = Path::default();
+    let mut path = Buf::<64>::default();
     path.push(b"/proc/self/task/");
-    path.number(me);
+    path.number(u64::from(me.unsigned_abs()));
     path.push(b"/children");
-    match path.open(0) {
+    match open(&path, 0) {
         Some(fd) => {
             numbers_in(fd, |pid| {
                 let _ = raw::kill(pid, sig);
@@ -73,16 +65,16 @@ fn numbers_in(fd: i32, mut f: impl FnMut(i32)) {
 
 /// The fallback of [`signal_children`].
 fn scan_proc_for_children(me: i32, sig: i32) {
-    let Some(dir) = Path::from(b"/proc").open(libc::O_DIRECTORY) else {
+    let Some(dir) = open(&Buf::of(b"/proc"), libc::O_DIRECTORY) else {
         return;
     };
     for_each_entry(dir, |name| {
         let Some(pid) = parse_pid(name) else { return };
-        let mut path = Path::default();
+        let mut path = Buf::<64>::default();
         path.push(b"/proc/");
-        path.number(pid);
+        path.number(u64::from(pid.unsigned_abs()));
         path.push(b"/stat");
-        let Some(fd) = path.open(0) else { return };
+        let Some(fd) = open(&path, 0) else { return };
         let mut stat = [0u8; 1024];
         let len = raw::read(fd, &mut stat).unwrap_or(0);
         raw::close(fd);
@@ -116,7 +108,7 @@ fn parse_pid(name: &[u8]) -> Option<i32> {
 /// Clears close-on-exec on every open descriptor, so that a guardian executing itself anew
 /// keeps all it holds (the lock's descriptors among them). False if they could not be listed.
 pub(super) fn keep_descriptors_on_exec() -> bool {
-    let Some(dir) = Path::from(b"/proc/self/fd").open(libc::O_DIRECTORY) else {
+    let Some(dir) = open(&Buf::of(b"/proc/self/fd"), libc::O_DIRECTORY) else {
         return false;
     };
     let listed = for_each_entry(dir, |name| match parse_pid(name) {
@@ -161,59 +153,9 @@ fn for_each_entry(dir: i32, mut f: impl FnMut(&[u8])) -> bool {
     }
 }
 
-/// A NUL-terminated path built without allocating.
-struct Path {
-    buf: [u8; 64],
-    len: usize,
-}
-
-impl Default for Path {
-    fn default() -> Path {
-        Path {
-            buf: [0; 64],
-            len: 0,
-        }
-    }
-}
-
-impl Path {
-    fn from(s: &[u8]) -> Path {
-        let mut p = Path::default();
-        p.push(s);
-        p
-    }
-
-    fn push(&mut self, bytes: &[u8]) {
-        let end = self.len.saturating_add(bytes.len());
-        // Keep one byte for the NUL; a path that does not fit is cut, and then not found.
-        if let Some(dst) = self.buf.get_mut(self.len..end.min(63)) {
-            let n = dst.len();
-            dst.copy_from_slice(bytes.get(..n).unwrap_or_default());
-            self.len = self.len.saturating_add(n);
-        }
-    }
-
-    fn number(&mut self, v: i32) {
-        let mut digits = [0u8; 12];
-        let mut i = digits.len();
-        let mut v = v.unsigned_abs();
-        loop {
-            i = i.saturating_sub(1);
-            if let Some(d) = digits.get_mut(i) {
-                *d = b'0'.saturating_add((v % 10) as u8);
-            }
-            v /= 10;
-            if v == 0 || i == 0 {
-                break;
-            }
-        }
-        self.push(digits.get(i..).unwrap_or_default());
-    }
-
-    fn open(&self, flags: i32) -> Option<i32> {
-        let c = std::ffi::CStr::from_bytes_until_nul(&self.buf).ok()?;
-        raw::open(c, libc::O_RDONLY | flags).ok()
-    }
+/// Opens a /proc path built in `path` (read-only, close-on-exec; `flags` added).
+fn open(path: &Buf<64>, flags: i32) -> Option<i32> {
+    raw::open(path.c_str()?, libc::O_RDONLY | flags).ok()
 }
 
 #[cfg(test)]
@@ -255,16 +197,10 @@ mod tests {
 
     #[test]
     fn this_process_descriptors_are_listed() {
-        let dir = Path::from(b"/proc/self/fd")
-            .open(libc::O_DIRECTORY)
-            .unwrap();
+        let dir = open(&Buf::of(b"/proc/self/fd"), libc::O_DIRECTORY).unwrap();
         let mut names = Vec::new();
         assert!(for_each_entry(dir, |n| names.push(n.to_vec())));
         raw::close(dir);
         assert!(names.iter().any(|n| n == b"0"), "{names:?}");
-        let mut p = Path::default();
-        p.push(b"/proc/");
-        p.number(-42);
-        assert_eq!(&p.buf[..p.len], b"/proc/42");
     }
 }
