@@ -545,16 +545,18 @@ pub fn supervise(
                     });
                 }
                 // Killed after the command exited, before it said what the command left
-                // running: that came to dlock, and is stopped like any leftovers.
-                (None, Some(st)) => {
+                // running: that came to dlock, and is stopped like any leftovers. (A guardian
+                // that exits by itself does so once nothing is left below it: nothing to do,
+                // and no /proc scan on the way out of every run.)
+                (None, Some(cmd)) if st.signal().is_some() => {
                     terminate_descendants(child);
                     stopping = Some(Stopping {
-                        why: Ending::Exited(st),
+                        why: Ending::Exited(cmd),
                         kill_at: BootInstant::now() + kill_grace,
                         killed: false,
                     });
                 }
-                (Some(_), _) => {}
+                _ => {}
             },
             Event::AllReaped => match (&stopping, status) {
                 (Some(s), _) => return s.why.clone(),
