@@ -300,3 +300,64 @@ fn a_shared_directory_works_for_every_user() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// In a shared directory (1777) every user can write the lock files, fencing counter included.
+/// A counter another user rewinds (`{"fence":5}`) must not make tokens go backwards: it is
+/// overtaken by the clock. One pushed to the end of the range is refused (69, one line), not
+/// followed to a token that stops growing or wraps. Regression: the next token was 6.
+#[test]
+fn a_counter_another_user_rewinds_does_not_make_tokens_go_backwards() {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 || !crate::servers::available("runuser") {
+        eprintln!("skipped: needs root and runuser to act as a second user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::path::PathBuf::from(format!("/tmp/dlock-fence-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let b = TestBackend {
+        args: vec!["--url".into(), format!("file://{}", dir.display())],
+        ..TestBackend::file()
+    };
+    let key = unique_key("rewind");
+    let token = |b: &TestBackend| -> u64 {
+        let out = run_ok(&mut b.run(&key, &[], &sh("printf %s \"$DLOCK_FENCING_TOKEN\"")));
+        String::from_utf8(out.stdout).unwrap().parse().unwrap()
+    };
+    let first = token(&b);
+    let lock = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".lock"))
+        .unwrap()
+        .path();
+    // Another user rewrites the counter: the file is theirs to write, as it must be.
+    let forge = |text: &str| {
+        let out = output(
+            std::process::Command::new("runuser")
+                .args(["-u", "nobody", "--", "sh", "-c"])
+                .arg(format!("printf '%s' '{text}' > '{}'", lock.display())),
+        );
+        assert!(
+            out.status.success(),
+            "nobody could not write the lock file: {}",
+            describe(&out)
+        );
+    };
+    forge(r#"{"fence":5}"#);
+    let second = token(&b);
+    assert!(second > first, "token went from {first} back to {second}");
+    forge(&format!(r#"{{"fence":{}}}"#, u64::MAX));
+    let out = run_code(&mut b.run(&key, &[], &["true"]), 69);
+    assert!(
+        one_error_line(&out).contains("ahead of the clock"),
+        "{}",
+        describe(&out)
+    );
+    // Removing the file (as the message says) starts the counter again from the clock, still
+    // above every token handed out.
+    std::fs::remove_file(&lock).unwrap();
+    let third = token(&b);
+    assert!(third > second, "token went from {second} back to {third}");
+}

@@ -21,7 +21,7 @@ mod wait;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -101,7 +101,7 @@ impl FileBackend {
                 continue;
             }
             let mut data = read_data(&file).unwrap_or_default();
-            let token = data.fence.map_or_else(clock_seed, |f| f + 1);
+            let token = next_token(data.fence, &path)?;
             data.fence = Some(token);
             data.holder = Some(Holder {
                 fencing_token: Some(token),
@@ -165,7 +165,7 @@ impl FileBackend {
             }
             _ => None,
         };
-        let token = data.fence.map_or_else(clock_seed, |f| f + 1);
+        let token = next_token(data.fence, &path)?;
         data.fence = Some(token);
         data.limit = req.mode.limit();
         data.sharers.push(Holder {
@@ -453,6 +453,29 @@ fn clock_seed() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| d.as_micros() as u64)
+}
+
+/// How far ahead of the clock a fencing counter may be before it is taken for one written by
+/// hand: a year of microseconds.
+const AHEAD_LIMIT_US: u64 = 365 * 24 * 3600 * 1_000_000;
+
+/// The next fencing token from the lock file's counter `stored`: one more than it, and never
+/// less than the clock in microseconds. In a shared directory every user must be able to write
+/// the lock file (to record itself), so any user can also write its counter: one rewound by
+/// hand (`{"fence":5}`) is overtaken by the clock, which every earlier token followed, so tokens
+/// still grow (unless the clock itself stepped back by more than the time since the last one).
+/// A counter far ahead of the clock is refused rather than followed: tokens drawn from a forged
+/// `u64::MAX` would stop growing (or wrap to 0).
+fn next_token(stored: Option<u64>, path: &Path) -> anyhow::Result<u64> {
+    let now = clock_seed();
+    match stored {
+        None => Ok(now),
+        Some(f) if f > now.saturating_add(AHEAD_LIMIT_US) => Err(anyhow::anyhow!(
+            "the fencing counter in {} ({f}) is more than a year ahead of the clock ({now} µs): written by hand? Tokens from it would stop growing; removing the file while the lock is free starts the counter again from the clock",
+            path.display()
+        )),
+        Some(f) => Ok(f.saturating_add(1).max(now)),
+    }
 }
 
 /// The lock is busy: an error if its holders use another mode or the request does not wait;
