@@ -119,6 +119,10 @@ pub(crate) struct Holder {
     /// Process id of the holding dlock.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// The PID namespace `pid` is in (see [`crate::sys::pid_namespace`]): what ties a nested
+    /// run's claim to this holder (lockset/nested.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pidns: Option<u64>,
     /// The command it runs, arguments joined by spaces.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
@@ -163,6 +167,7 @@ impl Holder {
         Holder {
             host: Some(hostname()),
             pid: Some(std::process::id()),
+            pidns: crate::sys::pid_namespace(),
             command: Some(command),
             since_ms,
             ..Holder::default()

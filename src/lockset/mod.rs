@@ -163,6 +163,7 @@ pub(crate) fn acquire(backend: &dyn Backend, want: &Want<'_>) -> anyhow::Result<
                     token: lease.fencing_token(),
                     host: want.holder.host.clone().unwrap_or_else(hostname),
                     pid: std::process::id(),
+                    pidns: want.holder.pidns,
                     since_ms: want.holder.since_ms,
                 });
                 held.parts.push(Part::new(key, lease));

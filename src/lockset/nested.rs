@@ -35,6 +35,9 @@ pub(crate) struct Claim {
     pub host: String,
     /// The holding dlock's pid.
     pub pid: u32,
+    /// The PID namespace that pid is in: a claim is honoured only within it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pidns: Option<u64>,
     /// When it acquired the lock (ms since the epoch), as stored beside the lock.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub since_ms: Option<u64>,
@@ -55,14 +58,20 @@ pub(crate) fn inherited() -> Vec<Claim> {
 }
 
 /// Whether the holder a claim names still holds `key`, and is an ancestor of this process (a
-/// claim copied into an unrelated process is not honoured).
+/// claim copied into an unrelated process is not honoured). Pids are compared within one PID
+/// namespace, this process's, which the holder's record must name too: otherwise a claim
+/// naming pid 1, made in another container on a host of the same name, passed for the holder
+/// that is pid 1 of its own (the forger's pid 1 is its ancestor too).
 pub(super) fn still_held(backend: &dyn Backend, key: &Key, claim: &Claim) -> anyhow::Result<bool> {
-    if claim.host != hostname() || !is_ancestor(claim.pid) {
+    let here = crate::sys::pid_namespace();
+    if claim.host != hostname() || here.is_none() || claim.pidns != here || !is_ancestor(claim.pid)
+    {
         return Ok(false);
     }
     let status = backend.status(key)?;
     Ok(status.holders.iter().any(|h| {
         h.pid == Some(claim.pid)
+            && h.pidns == claim.pidns
             && h.host.as_deref().is_none_or(|host| host == claim.host)
             && h.fencing_token == claim.token
             && (h.since_ms.is_none() || claim.since_ms.is_none() || h.since_ms == claim.since_ms)

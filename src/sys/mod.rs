@@ -71,6 +71,15 @@ pub(crate) fn start_like_std() {
     }
 }
 
+/// This process's PID namespace (the inode of `/proc/self/ns/pid`), `None` if it cannot be read.
+/// Pids mean something only within one: a holder's pid 1 and a nested run's pid 1 in another
+/// container are different processes.
+pub(crate) fn pid_namespace() -> Option<u64> {
+    let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let text = link.to_str()?;
+    text.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+}
+
 /// The effective user id.
 pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid takes no arguments and cannot fail.

@@ -25,6 +25,7 @@ macro_rules! modes {
             losing_one_of_several_keys_is_losing_the_lock,
             nested_run_on_the_same_lock_does_not_wait,
             stale_inherited_claim_is_ignored,
+            claim_forged_in_another_pid_namespace_is_not_honoured,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -428,4 +429,80 @@ pub(crate) fn stale_inherited_claim_is_ignored(b: &TestBackend) {
     one_error_line(&out);
     h.close_stdin();
     run_code_proc(h, 0);
+}
+
+/// A `DLOCK_HELD` claim is honoured only within the holder's PID namespace. Regression: with
+/// the holder running as pid 1 of a namespace of its own (a container's init), a claim naming
+/// pid 1 — with the token and time copied from `status` — made in *another* namespace on a
+/// host of the same name passed: the forger's pid 1 is its ancestor too, and the nested run
+/// ran beside the holder. Needs root (to make PID namespaces).
+pub(crate) fn claim_forged_in_another_pid_namespace_is_not_honoured(b: &TestBackend) {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            !crate::servers::required(),
+            "making PID namespaces needs root, and DLOCK_TEST_REQUIRE_BACKENDS=1"
+        );
+        eprintln!("SKIPPED: making PID namespaces needs root");
+        return;
+    }
+    if !crate::servers::available("unshare") {
+        return;
+    }
+    let key = unique_key("forged-claim");
+    let dir = scratch("forged-claim");
+    let held = dir.join("held");
+    // The holder: dlock as pid 1 of its own PID namespace.
+    let mut words = b.run_words();
+    words.extend(["-k".into(), key.clone(), "--".into()]);
+    words.extend(sh(&format!(
+        "echo \"$DLOCK_HELD\" > {}; read _x || true",
+        held.display()
+    )));
+    let mut holder = in_own_pid_namespace(b, &words);
+    let mut holder = Proc::spawn(&mut holder);
+    let claim = wait_for_file(&held, b.ttl + Duration::from_secs(10));
+    let claims: serde_json::Value = serde_json::from_str(&claim).unwrap();
+    assert_eq!(
+        claims[0]["pid"], 1,
+        "the holder is pid 1 of its namespace: {claim}"
+    );
+    // The forger, in a namespace of its own, where pid 1 (its shell) is an ancestor of its
+    // dlock: the claim copied as it is, and again naming the forger's own namespace.
+    for variant in ["as copied", "own namespace"] {
+        let script = format!(
+            "if [ \"$VARIANT\" = 'own namespace' ]; then \
+               ns=$(readlink /proc/self/ns/pid | tr -dc 0-9); \
+               CLAIM=$(printf '%s' \"$CLAIM\" | sed \"s/\\\"pidns\\\":[0-9]*/\\\"pidns\\\":$ns/\"); \
+             fi; \
+             DLOCK_HELD=\"$CLAIM\" {} -k '{key}' --no-wait -- echo ran; exit $?",
+            quote(&b.run_words())
+        );
+        let out = output(
+            in_own_pid_namespace(b, &sh(&script))
+                .env("CLAIM", &claim)
+                .env("VARIANT", variant),
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(75),
+            "the forged claim ({variant}) was honoured: {}",
+            describe(&out)
+        );
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
+    }
+    holder.close_stdin();
+    run_code_proc(holder, 0);
+}
+
+/// `unshare --pid --fork --mount-proc -- WORDS…`, with the backend's environment: WORDS run as
+/// pid 1 of a PID namespace of their own.
+fn in_own_pid_namespace(b: &TestBackend, words: &[String]) -> std::process::Command {
+    let mut c = std::process::Command::new("unshare");
+    c.args(["--pid", "--fork", "--mount-proc", "--"])
+        .args(words);
+    for (k, v) in &b.env {
+        c.env(k, v);
+    }
+    c
 }
