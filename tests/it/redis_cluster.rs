@@ -176,3 +176,51 @@ fn bench_measures_and_leaves_nothing_behind() {
         keys
     });
 }
+
+/// A cluster that names redirect targets without a host (`cluster-preferred-endpoint-type
+/// unknown-endpoint`, as behind a load balancer: `-MOVED 3999 :6380`, "the host you asked"):
+/// dlock follows them to the host of its URL — lock, renewals, waiters, `status`, `break`.
+/// Regression: refused as a bad redirection (exit 69).
+#[test]
+fn redirects_without_a_host_go_to_the_host_asked() {
+    let Some(c) = crate::servers::RedisCluster::start() else {
+        return;
+    };
+    for n in &c.nodes {
+        let set = ["CONFIG", "SET", "cluster-preferred-endpoint-type"];
+        assert_eq!(n.cli(&[&set[..], &["unknown-endpoint"]].concat()), "OK");
+    }
+    let b = TestBackend::redis(&c.url(0));
+    let key = (0..)
+        .map(|_| unique_key("hostless"))
+        .find(|k| c.owner(&format!("dlock:{{{k}}}")) != 0)
+        .unwrap();
+    let moved = c.nodes[0].cli(&["GET", &format!("dlock:{{{key}}}")]);
+    assert!(moved.contains("MOVED") && moved.contains(" :"), "{moved}");
+    let dir = scratch("hostless");
+    let mut holder = b.holding(&key, &[], &dir.join("held"));
+    let st = b.status(&key);
+    assert_eq!(st["held"], true, "{st}");
+    let listed = run_ok(b.cmd("status").arg("--json"));
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["key"] == key.as_str()),
+        "{key} not listed: {listed}"
+    );
+    let waiter = b.holding_later(&key, &dir.join("waited"));
+    crate::conformance::wait_until_waiting(&b, &key, 1);
+    // Renewals (every TTL/3) go through the redirect too: the holder outlives its TTL.
+    std::thread::sleep(b.ttl * 2);
+    run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
+    holder.close_stdin();
+    let (out, _) = holder.wait(Duration::from_secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+    wait_for_file(&dir.join("waited"), Duration::from_secs(10));
+    run_ok(b.cmd("break").args(["--key", &key]));
+    let (out, _) = waiter.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+}

@@ -118,7 +118,7 @@ impl Connection {
 
     /// A connection like this one to `target` (`host:port` of a `MOVED` or `ASK`).
     fn redirected(&self, target: &str) -> RedisResult<Connection> {
-        let addr = addr_like(self.info.addr(), target)
+        let addr = redirect_addr(self.info.addr(), target)
             .ok_or_else(|| io::Error::other(format!("bad redirection to '{target}'")))?;
         let mut con = Connection::open(
             &self.info.clone().set_addr(addr),
@@ -178,6 +178,20 @@ impl Connection {
         }
         result
     }
+}
+
+/// The node a `MOVED` or `ASK` from the node at `like` names: `host:port`, or `:port` for "the
+/// host you asked" (a cluster with `cluster-preferred-endpoint-type unknown-endpoint`, e.g.
+/// behind a load balancer), reached like `like`.
+pub(crate) fn redirect_addr(like: &ConnectionAddr, target: &str) -> Option<ConnectionAddr> {
+    let Some(port) = target.strip_prefix(':') else {
+        return addr_like(like, target);
+    };
+    let host = match like {
+        ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host,
+        _ => return None,
+    };
+    addr_like(like, &format!("[{host}]:{port}"))
 }
 
 /// The address `target` (`host:port`, as a cluster names its nodes) reached like `like`: TLS
@@ -257,5 +271,55 @@ impl ConnectionLike for Connection {
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("redis::Connection")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn tcp(host: &str, port: u16) -> ConnectionAddr {
+        ConnectionAddr::Tcp(host.to_string(), port)
+    }
+
+    /// Where a redirect from `like` to `target` goes, as (host, port).
+    fn to(like: &ConnectionAddr, target: &str) -> Option<(String, u16)> {
+        match redirect_addr(like, target)? {
+            ConnectionAddr::Tcp(host, port) => Some((host, port)),
+            other => panic!("not TCP: {other:?}"),
+        }
+    }
+
+    fn hp(host: &str, port: u16) -> Option<(String, u16)> {
+        Some((host.to_string(), port))
+    }
+
+    #[test]
+    fn redirect_with_an_empty_host_is_to_the_host_asked() {
+        let like = tcp("10.0.0.7", 7000);
+        assert_eq!(to(&like, ":6380"), hp("10.0.0.7", 6380));
+        let v6 = tcp("::1", 7000);
+        assert_eq!(to(&v6, ":6380"), hp("::1", 6380));
+        assert_eq!(to(&like, "[::1]:6380"), hp("::1", 6380));
+        for bad in ["", ":", ":x", "h:", "h:65536", "h", ":-1"] {
+            assert_eq!(to(&like, bad), None, "{bad:?}");
+        }
+    }
+
+    proptest! {
+        /// Any redirect target: an address or `None`, never a panic.
+        #[test]
+        fn any_redirect_target_is_an_address_or_refused(target in "\\PC*") {
+            let _ = redirect_addr(&tcp("h", 1), &target);
+        }
+
+        /// `host:port` names that host and port; `:port` the host asked, at that port.
+        #[test]
+        fn redirect_targets_round_trip(host in "[a-z0-9][a-z0-9.-]{0,30}", port: u16) {
+            let like = tcp("asked.example", 1);
+            prop_assert_eq!(to(&like, &format!("{host}:{port}")), hp(&host, port));
+            prop_assert_eq!(to(&like, &format!(":{port}")), hp("asked.example", port));
+        }
     }
 }
