@@ -5,7 +5,9 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+use crate::config::BackendKind;
 
 /// The largest `--limit`.
 pub(crate) const MAX_LIMIT: u32 = 256;
@@ -35,7 +37,22 @@ pub(crate) const EXIT_STATUS: &[(&str, &str)] = &[
 ];
 
 /// Environment variables dlock reads or sets, for `--help` and the man page.
-pub(crate) const ENVIRONMENT: &[(&str, &str)] = &[
+pub(crate) fn environment() -> Vec<(&'static str, String)> {
+    let backends: Vec<&str> = BackendKind::all().iter().map(|k| k.name()).collect();
+    let backend_set = format!("set for the command: {}", backends.join(", "));
+    ENVIRONMENT
+        .iter()
+        .map(|&(name, text)| match name {
+            BACKEND_SET => (name, backend_set.clone()),
+            _ => (name, text.to_string()),
+        })
+        .collect()
+}
+
+/// The row of [`ENVIRONMENT`] whose text lists the backends (made by [`environment`]).
+const BACKEND_SET: &str = "DLOCK_BACKEND (in the command)";
+
+const ENVIRONMENT: &[(&str, &str)] = &[
     ("DLOCK_BACKEND", "default for --backend"),
     (
         "DLOCK_URL",
@@ -43,8 +60,8 @@ pub(crate) const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     ("DLOCK_KEY", "set for the command: the key it runs under"),
     (
-        "DLOCK_BACKEND (in the command)",
-        "set for the command: file, redis, zookeeper or mysql",
+        BACKEND_SET,
+        "set for the command: the backend's name (see --backend)",
     ),
     (
         "DLOCK_FENCING_TOKEN",
@@ -100,20 +117,51 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     ),
 ];
 
-fn table(title: &str, rows: &[(&str, &str)]) -> String {
-    let width = rows.iter().map(|(a, _)| a.len()).max().unwrap_or(0);
+fn table<A: AsRef<str>, B: AsRef<str>>(title: &str, rows: &[(A, B)]) -> String {
+    let width = rows
+        .iter()
+        .map(|(a, _)| a.as_ref().len())
+        .max()
+        .unwrap_or(0);
     let mut s = format!("{title}:\n");
     for (a, b) in rows {
+        let (a, b) = (a.as_ref(), b.as_ref());
         s.push_str(&format!("  {a:width$}  {b}\n"));
     }
     s
+}
+
+/// `dlock -h`'s line.
+fn about() -> String {
+    let names: Vec<&str> = BackendKind::all()
+        .iter()
+        .map(|k| match k {
+            BackendKind::File => "file",
+            _ => k.title(),
+        })
+        .collect();
+    let (last, rest) = names.split_last().expect("backends");
+    format!(
+        "Run a command while holding a named lock ({} or {last})",
+        rest.join(", ")
+    )
+}
+
+/// `dlock --help`'s opening.
+fn long_about() -> String {
+    format!(
+        "Run a command while holding a named lock on {}. The lease is renewed in the \
+         background; if it is lost, the command is terminated before anyone else can take the \
+         lock, and dlock exits 79.",
+        BackendKind::prose(" (the default)")
+    )
 }
 
 /// The text after `dlock --help`: exit statuses, environment and examples.
 pub(crate) fn after_long_help() -> String {
     [
         table("Exit status", EXIT_STATUS),
-        table("Environment", ENVIRONMENT),
+        table("Environment", &environment()),
         table("Examples", EXAMPLES),
     ]
     .join("\n")
@@ -124,10 +172,8 @@ pub(crate) fn after_long_help() -> String {
 #[command(
     name = "dlock",
     version,
-    about = "Run a command while holding a named lock (file, Redis, ZooKeeper or MySQL)",
-    long_about = "Run a command while holding a named lock on a local file (the default), Redis, \
-ZooKeeper or MySQL/MariaDB. The lease is renewed in the background; if it is lost, the command is \
-terminated before anyone else can take the lock, and dlock exits 79.",
+    about = about(),
+    long_about = long_about(),
     after_long_help = after_long_help(),
     propagate_version = true
 )]
@@ -209,7 +255,7 @@ pub(crate) struct BenchArgs {
 pub(crate) struct BackendArgs {
     /// Lock backend [default: from the URL's scheme, else file]
     #[arg(short = 'b', long, env = "DLOCK_BACKEND", value_name = "NAME")]
-    pub backend: Option<BackendName>,
+    pub backend: Option<BackendKind>,
 
     /// Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or
     /// separate with spaces in DLOCK_URL) for Redlock
@@ -223,25 +269,6 @@ pub(crate) struct BackendArgs {
         hide_env_values = true
     )]
     pub urls: Vec<String>,
-}
-
-/// The backends, as named on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum BackendName {
-    /// flock(2) on a lock file on this host
-    File,
-    /// Redis (single instance, or Redlock with --url given 3, 5, ... times)
-    Redis,
-    /// ZooKeeper (ephemeral sequential nodes)
-    #[value(alias = "zk")]
-    Zookeeper,
-    /// MySQL or MariaDB (GET_LOCK)
-    Mysql,
-    /// PostgreSQL (session advisory locks)
-    #[value(alias = "pg")]
-    Postgres,
-    /// etcd (the lock recipe of etcdctl lock)
-    Etcd,
 }
 
 /// Diagnostics on stderr.

@@ -54,25 +54,34 @@ impl fmt::Display for Key {
     }
 }
 
-/// The backends dlock knows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The backends dlock knows, as named on the command line (`--backend`, `DLOCK_BACKEND`). Every
+/// list of backends or URL schemes shown to a user is made from this enum (see
+/// [`BackendKind::prose`] and [`BackendKind::schemes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum BackendKind {
-    /// flock(2) on a local file.
+    /// flock(2) on a lock file on this host
     File,
-    /// Redis, one instance or Redlock.
+    /// Redis (single instance, Redlock with --url given 3, 5, ... times, Cluster, Sentinel)
     Redis,
-    /// ZooKeeper.
+    /// ZooKeeper (ephemeral sequential nodes)
+    #[value(alias = "zk")]
     Zookeeper,
-    /// MySQL or MariaDB.
+    /// MySQL or MariaDB (GET_LOCK)
     Mysql,
-    /// PostgreSQL.
+    /// PostgreSQL (session advisory locks)
+    #[value(alias = "pg")]
     Postgres,
-    /// etcd.
+    /// etcd (the lock recipe of etcdctl lock)
     Etcd,
 }
 
 impl BackendKind {
-    /// The name used in messages and in `DLOCK_BACKEND` for the child.
+    /// Every backend, in the order help texts name them.
+    pub(crate) fn all() -> &'static [BackendKind] {
+        <BackendKind as clap::ValueEnum>::value_variants()
+    }
+
+    /// The name used on the command line, in messages and in `DLOCK_BACKEND` for the child.
     pub(crate) fn name(self) -> &'static str {
         match self {
             BackendKind::File => "file",
@@ -84,32 +93,74 @@ impl BackendKind {
         }
     }
 
+    /// What the backend is called in prose.
+    pub(crate) fn title(self) -> &'static str {
+        match self {
+            BackendKind::File => "a local file",
+            BackendKind::Redis => "Redis",
+            BackendKind::Zookeeper => "ZooKeeper",
+            BackendKind::Mysql => "MySQL/MariaDB",
+            BackendKind::Postgres => "PostgreSQL",
+            BackendKind::Etcd => "etcd",
+        }
+    }
+
+    /// The URL schemes that name the backend, the usual one first.
+    pub(crate) fn schemes(self) -> &'static [&'static str] {
+        match self {
+            BackendKind::File => &["file"],
+            BackendKind::Redis => &[
+                "redis",
+                "rediss",
+                "redis+unix",
+                "unix",
+                "redis-sentinel",
+                "rediss-sentinel",
+            ],
+            BackendKind::Zookeeper => &["zk", "zookeeper"],
+            BackendKind::Mysql => &["mysql", "mariadb"],
+            BackendKind::Postgres => &["postgres", "postgresql"],
+            BackendKind::Etcd => &["etcd", "etcds"],
+        }
+    }
+
     /// The backend a URL scheme names, if any.
     fn from_scheme(scheme: &str) -> Option<BackendKind> {
-        Some(match scheme.to_ascii_lowercase().as_str() {
-            "file" => BackendKind::File,
-            "redis" | "rediss" | "redis+unix" | "unix" | "redis-sentinel" | "rediss-sentinel" => {
-                BackendKind::Redis
-            }
-            "zk" | "zookeeper" => BackendKind::Zookeeper,
-            "mysql" | "mariadb" => BackendKind::Mysql,
-            "postgres" | "postgresql" => BackendKind::Postgres,
-            "etcd" | "etcds" => BackendKind::Etcd,
-            _ => return None,
-        })
+        let scheme = scheme.to_ascii_lowercase();
+        BackendKind::all()
+            .iter()
+            .copied()
+            .find(|k| k.schemes().contains(&scheme.as_str()))
     }
-}
 
-impl From<cli::BackendName> for BackendKind {
-    fn from(b: cli::BackendName) -> Self {
-        match b {
-            cli::BackendName::File => BackendKind::File,
-            cli::BackendName::Redis => BackendKind::Redis,
-            cli::BackendName::Zookeeper => BackendKind::Zookeeper,
-            cli::BackendName::Mysql => BackendKind::Mysql,
-            cli::BackendName::Postgres => BackendKind::Postgres,
-            cli::BackendName::Etcd => BackendKind::Etcd,
+    /// Every backend in a sentence, `what` after the default one: "a local file (the default),
+    /// Redis, ZooKeeper, ... or etcd".
+    pub(crate) fn prose(what: &str) -> String {
+        let names: Vec<String> = BackendKind::all()
+            .iter()
+            .map(|k| match k {
+                BackendKind::File => format!("{}{what}", k.title()),
+                _ => k.title().to_string(),
+            })
+            .collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.concat(),
         }
+    }
+
+    /// Every URL scheme, for an error message: "file://, redis://, ...".
+    fn all_schemes() -> String {
+        let schemes: Vec<String> = BackendKind::all()
+            .iter()
+            .flat_map(|k| k.schemes())
+            .map(|s| match *s {
+                // No authority part.
+                "unix" => "unix:".to_string(),
+                s => format!("{s}://"),
+            })
+            .collect();
+        schemes.join(", ")
     }
 }
 
@@ -139,13 +190,14 @@ impl Target {
             });
             let kind = scheme.and_then(BackendKind::from_scheme).ok_or_else(|| {
                 Usage(format!(
-                    "unsupported URL '{}': expected file://, redis://, rediss://, zk:// or mysql://",
-                    redact(url)
+                    "unsupported URL '{}': expected one of {}",
+                    redact(url),
+                    BackendKind::all_schemes()
                 ))
             })?;
             schemes.push(kind);
         }
-        let kind = match (args.backend.map(BackendKind::from), schemes.first()) {
+        let kind = match (args.backend, schemes.first()) {
             (Some(b), _) => b,
             (None, Some(k)) => *k,
             (None, None) => BackendKind::File,
@@ -441,6 +493,50 @@ fn secret_query_values(text: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
+    /// The texts that cannot be made from [`BackendKind`] name every backend.
+    #[test]
+    fn every_text_that_lists_the_backends_names_them_all() {
+        let readme = include_str!("../README.md");
+        let opening = readme.split("\n\n").nth(1).unwrap_or_default();
+        let texts = [
+            (
+                "Cargo.toml's description",
+                env!("CARGO_PKG_DESCRIPTION").to_string(),
+            ),
+            (
+                "src/lib.rs",
+                include_str!("lib.rs")
+                    .lines()
+                    .take(5)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            ("README.md's opening", opening.to_string()),
+        ];
+        for k in BackendKind::all() {
+            for (what, text) in &texts {
+                let text = text.replace("\n", " ").replace("//! ", "");
+                assert!(
+                    text.contains(k.title()),
+                    "{what} does not name {}: {text}",
+                    k.title()
+                );
+            }
+            assert_eq!(
+                clap::ValueEnum::to_possible_value(k).unwrap().get_name(),
+                k.name()
+            );
+            for scheme in k.schemes() {
+                assert_eq!(BackendKind::from_scheme(scheme), Some(*k));
+                assert!(BackendKind::all_schemes().contains(scheme));
+            }
+        }
+        assert_eq!(
+            BackendKind::prose(" (the default)"),
+            "a local file (the default), Redis, ZooKeeper, MySQL/MariaDB, PostgreSQL or etcd"
+        );
+    }
+
     #[test]
     fn keys_follow_the_spec() {
         assert!(Key::new("a").is_ok());
@@ -492,7 +588,7 @@ mod tests {
 
     #[test]
     fn scheme_chooses_backend_and_must_agree() {
-        let args = |b: Option<cli::BackendName>, urls: &[&str]| cli::BackendArgs {
+        let args = |b: Option<BackendKind>, urls: &[&str]| cli::BackendArgs {
             backend: b,
             urls: urls.iter().map(|s| s.to_string()).collect(),
         };
@@ -502,7 +598,7 @@ mod tests {
         );
         let t = Target::from_args(&args(None, &["redis://h"])).unwrap();
         assert_eq!(t.kind, BackendKind::Redis);
-        assert!(Target::from_args(&args(Some(cli::BackendName::Mysql), &["redis://h"])).is_err());
+        assert!(Target::from_args(&args(Some(BackendKind::Mysql), &["redis://h"])).is_err());
         assert!(Target::from_args(&args(None, &["http://h"])).is_err());
         let err = Target::from_args(&args(None, &["http://u:pw@h"])).unwrap_err();
         assert!(!err.0.contains("pw"), "{err}");

@@ -75,7 +75,7 @@ fn page(cmd: &clap::Command, main: bool) -> (String, Vec<u8>) {
             section(&mut roff, "EXIT STATUS", cli::EXIT_STATUS);
         }
         if main {
-            section(&mut roff, "ENVIRONMENT", cli::ENVIRONMENT);
+            section(&mut roff, "ENVIRONMENT", &cli::environment());
             section(&mut roff, "EXAMPLES", cli::EXAMPLES);
         }
         roff.to_writer(out)?;
@@ -85,11 +85,11 @@ fn page(cmd: &clap::Command, main: bool) -> (String, Vec<u8>) {
     (man.get_filename(), out)
 }
 
-fn section(roff: &mut Roff, title: &str, rows: &[(&str, &str)]) {
+fn section<A: AsRef<str>, B: AsRef<str>>(roff: &mut Roff, title: &str, rows: &[(A, B)]) {
     roff.control("SH", [title]);
     for (term, text) in rows {
         roff.control("TP", []);
-        roff.text([bold(*term)]);
-        roff.text([roman(*text)]);
+        roff.text([bold(term.as_ref())]);
+        roff.text([roman(text.as_ref())]);
     }
 }

@@ -1,6 +1,7 @@
-//! dlock runs a command while holding a named lock on a local file, Redis, ZooKeeper or
-//! MySQL/MariaDB, keeps the lease alive in a background thread, and stops the command before the
-//! lock could be held by anyone else when the lease is lost.
+//! dlock runs a command while holding a named lock on a local file, Redis, ZooKeeper,
+//! MySQL/MariaDB, PostgreSQL or etcd, keeps the lease alive in a background thread, and stops the
+//! command — its whole process tree — before the lock could be held by anyone else when the lease
+//! is lost.
 //!
 //! The binary is a thin wrapper around [`start`] ([`main`] for a program started by Rust's runtime). The layers, top down: `cli` (clap types) →
 //! `config` (checked configuration) → `app` (the commands) → `lockset` (the locks of one run),

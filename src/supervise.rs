@@ -30,7 +30,8 @@ use crate::sys::spawn::Plan;
 /// Everything the main thread waits for while the child runs.
 #[derive(Debug)]
 pub enum Event {
-    /// SIGINT, SIGTERM or SIGHUP arrived.
+    /// A signal dlock forwards arrived (SIGINT, SIGTERM, SIGHUP and every other whose default
+    /// action would end dlock: `signals::FORWARDED_FIXED` and the real-time ones).
     Signal(Received),
     /// The command exited (reaped by the guardian).
     ChildExited(ExitStatus),

@@ -290,7 +290,8 @@ pub(crate) struct Request<'a> {
     pub deadline: Deadline,
     /// Metadata to store beside the lock.
     pub holder: &'a Holder,
-    /// Fired by SIGINT/SIGTERM/SIGHUP: stop waiting, leave nothing behind, return
+    /// Fired by a signal that ends dlock (SIGINT, SIGTERM, SIGHUP, ...: see `signals`): stop
+    /// waiting, leave nothing behind, return
     /// [`Interrupted`](crate::exit::Interrupted).
     pub interrupt: &'a Interrupt,
     /// Told who holds the lock whenever the backend learns it while waiting (for the progress
