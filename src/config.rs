@@ -435,13 +435,24 @@ pub(crate) fn secrets(url: &str) -> Vec<String> {
     if url.starts_with("file:") {
         return Vec::new();
     }
-    let (had_scheme, rest) = match url.split_once("://") {
-        Some((_, rest)) => (true, rest),
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
         None => match url.split_once(':') {
             // `redis:u:PW@h`: a known scheme without `//` (in `u:PW@h`, `u` is a user).
-            Some((scheme, rest)) if BackendKind::from_scheme(scheme).is_some() => (true, rest),
-            _ => (false, url),
+            Some((scheme, rest)) if BackendKind::from_scheme(scheme).is_some() => {
+                (Some(scheme), rest)
+            }
+            _ => (None, url),
         },
+    };
+    // Without a scheme there is no telling a user from a password; ZooKeeper and etcd take a
+    // user only with a password, so a lone one is a password typed without its user.
+    let lone_is_secret = match scheme {
+        None => true,
+        Some(s) => matches!(
+            BackendKind::from_scheme(s),
+            Some(BackendKind::Zookeeper | BackendKind::Etcd)
+        ),
     };
     let mut found = Vec::new();
     if let Some(at) = rest.rfind('@') {
@@ -449,8 +460,7 @@ pub(crate) fn secrets(url: &str) -> Vec<String> {
         match userinfo.split_once(':') {
             Some((_, pw)) if !pw.is_empty() => found.push(pw.to_string()),
             Some(_) => {}
-            // Without a scheme there is no telling a user from a password.
-            None if !had_scheme && !userinfo.is_empty() => found.push(userinfo.to_string()),
+            None if lone_is_secret && !userinfo.is_empty() => found.push(userinfo.to_string()),
             None => {}
         }
     }

@@ -40,7 +40,7 @@ pub(crate) const MAX_FIELD: usize = 256;
 /// shown in text form that came from a server or another process goes through here; `--json`
 /// output does not (JSON escapes control characters itself, and must stay exact).
 pub(crate) fn clean(text: &str, max: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max + 8));
+    let mut out = String::with_capacity(text.len().min(max.saturating_add(8)));
     for (n, c) in text.chars().enumerate() {
         if n == max {
             out.push('…');
@@ -53,14 +53,30 @@ pub(crate) fn clean(text: &str, max: usize) -> String {
             c if (c as u32) < 0x100 && c.is_control() => {
                 out.push_str(&format!("\\x{:02x}", c as u32));
             }
-            '\u{200b}'..='\u{200f}'
-            | '\u{202a}'..='\u{202e}'
-            | '\u{2060}'..='\u{2069}'
-            | '\u{feff}' => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c if invisible(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
             c => out.push(c),
         }
     }
     out
+}
+
+/// Whether `c` changes how a terminal lays text out without being seen: Unicode's format
+/// characters (bidirectional controls, zero-width ones, the soft hyphen, tags) and the line and
+/// paragraph separators U+2028/U+2029, which some terminals and log viewers break lines at.
+fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{ad}'
+        | '\u{600}'..='\u{605}'
+        | '\u{61c}'
+        | '\u{6dd}'
+        | '\u{70f}'
+        | '\u{180e}'
+        | '\u{200b}'..='\u{200f}'
+        | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{206f}'
+        | '\u{feff}'
+        | '\u{fff9}'..='\u{fffb}'
+        | '\u{e0000}'..='\u{e007f}')
 }
 
 /// Pieces of the passwords in the URLs given (see [`hide_secrets`]).
@@ -83,6 +99,12 @@ pub(crate) fn hide_secrets(secrets: &[String]) {
     }
     // Longest first, so that a piece never cuts a longer secret in two.
     hidden.sort_by_key(|s| std::cmp::Reverse(s.len()));
+}
+
+/// `text` (a piece of a URL that a message echoes, such as a Sentinel primary's name) without
+/// any secret of the URLs given, or piece of one (see [`hide_secrets`]).
+pub(crate) fn without_secrets(text: &str) -> String {
+    scrub(text.to_string())
 }
 
 /// `line` without any registered secret.
@@ -392,7 +414,22 @@ mod tests {
             "a\\x1b]0;pwned\\x07\\x1b[2J\\r\\nFAKE: held by nobody\\u{202e}\\x9bz"
         );
         assert_eq!(clean(&"é".repeat(10), 4), "éééé…");
+        assert_eq!(
+            clean("a\u{2028}b\u{2029}c\u{ad}d\u{e0041}", 100),
+            "a\\u{2028}b\\u{2029}c\\u{ad}d\\u{e0041}"
+        );
         assert_eq!(clean(&c, 100), c, "escaping twice changes nothing");
+    }
+
+    proptest::proptest! {
+        /// Whatever a server sends, what reaches the terminal has no control or invisible
+        /// character, is at most `max` characters and an ellipsis, and is cleaned once for all.
+        #[test]
+        fn nothing_cleaned_lays_out_a_terminal(text in "\\PC*|.*", max in 0usize..64) {
+            let c = clean(&text, max);
+            proptest::prop_assert!(!c.chars().any(|c| c.is_control() || invisible(c)), "{:?}", c);
+            proptest::prop_assert_eq!(clean(&c, usize::MAX), c.clone());
+        }
     }
 
     #[test]

@@ -213,7 +213,8 @@ fn passwords_are_never_printed() {
 /// scheme, query-string passwords. No output of `run`, `status` or `break`, with the URL in
 /// `--url` or `DLOCK_URL`, may contain any piece of the password. Regression: 34 of 3,200
 /// fuzzed command lines printed it (a raw `/`, `?`, `#` or space in it, `redis:u:PW@h`,
-/// `u:PW@h`, `redis+unix:///s?pass=PW`).
+/// `u:PW@h`, `redis+unix:///s?pass=PW`; then `zk://PW@h` and a Sentinel primary named
+/// `acc?password=PW`).
 #[test]
 fn no_malformed_url_prints_its_password() {
     let pieces = ["Pl4nted", "S3cret"];
@@ -242,6 +243,11 @@ fn no_malformed_url_prints_its_password() {
         urls.push(format!("redis+unix:///tmp/none.sock?db=0&password={pw}"));
         urls.push(format!("postgres://user@127.0.0.1:1/db?password={pw}"));
         urls.push(format!("postgres:///db?host=/tmp/none&password={pw}"));
+        // A password typed without its user where only user:password is taken; a query put
+        // after a Sentinel URL's `#`, where it is part of the primary's name.
+        urls.push(format!("zk://{pw}@127.0.0.1:1"));
+        urls.push(format!("redis-sentinel://127.0.0.1:1#acc?password={pw}"));
+        urls.push(format!("rediss-sentinel://u:{pw}@127.0.0.1:1#acc"));
     }
     for url in &urls {
         let runs: [Vec<&str>; 3] = [

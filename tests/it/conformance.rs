@@ -499,24 +499,29 @@ pub(crate) fn wait_until_waiting(b: &TestBackend, key: &str, n: u64) {
 
 /// A holder whose command line carries terminal escapes and fake lines (another user's job, or
 /// a forged record) is shown escaped by `status`, `break` and the "busy" error; `--json` keeps
-/// it exact. Regression: they were printed raw (an operator's terminal retitled and cleared).
+/// it exact. Regression: they were printed raw (an operator's terminal retitled and cleared),
+/// and then U+2028 (a line break to some terminals and log viewers) still was.
 pub(crate) fn hostile_holder_metadata_never_reaches_the_terminal(b: &TestBackend) {
     let key = unique_key("hostile");
     let dir = scratch("hostile");
     let m = dir.join("pid");
-    let evil = ["\x1b]0;pwned\x07\x1b[2J", "\nFAKE: held by nobody\r"];
+    let evil = [
+        "\x1b]0;pwned\x07\x1b[2J",
+        "\nFAKE: held by nobody\r",
+        "\u{2028}FAKE: a line a log viewer breaks",
+    ];
     let script = format!("echo $$ > {}; exec sleep 60", m.display());
-    let mut cmd = b.run(&key, &[], &["sh", "-c", &script, evil[0], evil[1]]);
+    let mut cmd = b.run(&key, &[], &["sh", "-c", &script, evil[0], evil[1], evil[2]]);
     let holder = Proc::spawn(&mut cmd);
     wait_for_file(&m, b.ttl + Duration::from_secs(10));
     let clean = |text: &[u8], what: &str| {
         let text = String::from_utf8_lossy(text);
         assert!(
-            !text.contains(['\x1b', '\x07', '\r']) && !text.contains("\nFAKE"),
+            !text.contains(['\x1b', '\x07', '\r', '\u{2028}']) && !text.contains("\nFAKE"),
             "{what} printed a raw control character: {text:?}"
         );
         assert!(
-            text.contains("\\x1b]0;pwned"),
+            text.contains("\\x1b]0;pwned") && text.contains("\\u{2028}FAKE"),
             "{what} hides the command: {text:?}"
         );
     };

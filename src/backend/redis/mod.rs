@@ -115,6 +115,9 @@ fn take_min_replicas(url: &str) -> Result<(String, u32), String> {
 pub(super) struct Sentinels {
     addrs: Vec<redis::ConnectionAddr>,
     name: String,
+    /// The name as messages show it: without any secret of the URL (a query misplaced after
+    /// the `#`, `#acc?password=PW`, is part of the name).
+    shown: String,
 }
 
 impl Sentinels {
@@ -263,8 +266,10 @@ impl Node {
             .collect::<Vec<_>>()
             .join(",");
         let sentinel = sentinel.map(|(_, _, name)| {
-            addr = format!("sentinel {addr} #{name}");
+            let shown = crate::report::clean(&crate::report::without_secrets(&name), 200);
+            addr = format!("sentinel {addr} #{shown}");
             Sentinels {
+                shown,
                 addrs: std::iter::once(info.addr().clone())
                     .chain(std::mem::take(&mut seeds))
                     .collect(),
@@ -296,7 +301,7 @@ impl Node {
             let ((host, port), sentinel) = match named {
                 Ok((Some(hp), c)) => (hp, c),
                 Ok((None, _)) => {
-                    why = format!("sentinel {at} does not know a primary named '{}'", s.name);
+                    why = format!("sentinel {at} does not know a primary named '{}'", s.shown);
                     continue;
                 }
                 Err(e) => {
@@ -326,7 +331,7 @@ impl Node {
             );
         }
         let e = redis::RedisError::from(std::io::Error::other(why));
-        Err(self.error(format!("no primary '{}' through {}", s.name, self.addr), e))
+        Err(self.error(format!("no primary '{}' through {}", s.shown, self.addr), e))
     }
 
     /// This server's settings (credentials, TLS, database) at another address: where a

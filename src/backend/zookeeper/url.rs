@@ -70,6 +70,12 @@ pub(super) fn parse_url(url: &str) -> Result<ZkUrl, Usage> {
         }
         hosts.push(format!("{host}:{port}"));
     }
+    if chroot.contains('@') {
+        // `zk://u:PW/x@h`: a password with a raw '/' would become a chroot and a host.
+        return Err(bad(
+            "'@' after the hosts: %-escape '/' in credentials (a chroot cannot hold '@')",
+        ));
+    }
     let chroot = chroot.trim_end_matches('/');
     for segment in chroot.split('/').skip(1) {
         if segment.is_empty()
@@ -106,6 +112,7 @@ mod tests {
             "zk://a:x",
             "zk://a,,b",
             "zk://a/x/../y",
+            "zk://u/pw@h",
             "zk://a//b",
             "zk://a?x=1",
             "redis://a",
