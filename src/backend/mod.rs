@@ -8,6 +8,7 @@
 
 pub(crate) mod etcd;
 pub(crate) mod file;
+pub(crate) mod hosts;
 #[cfg(test)]
 pub(crate) mod memory;
 pub(crate) mod mysql;

@@ -22,6 +22,7 @@ use redis::{ConnectionInfo, IntoConnectionInfo, Script};
 mod conn;
 pub(super) use conn::Connection;
 
+use super::hosts::HostPort;
 use super::{Backend, Holder, Lease, Mode, Reach, RenewError, Request, Status};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, redact};
@@ -169,49 +170,40 @@ impl Sentinels {
 
 /// `redis-sentinel://[user:pass@]host[:26379][,host…][/db]#primary` (`rediss-sentinel://`: TLS
 /// to the sentinels and the primary): the `redis://` URL of the first sentinel, the others and
-/// the primary's name.
-fn parse_sentinel(url: &str) -> Option<(String, Vec<String>, String)> {
-    let (scheme, rest) = url.split_once("://")?;
+/// the primary's name; `None` for another scheme.
+fn parse_sentinel(url: &str) -> Result<Option<(String, Vec<HostPort>, String)>, String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Ok(None);
+    };
     let plain = match scheme.to_ascii_lowercase().as_str() {
         "redis-sentinel" => "redis",
         "rediss-sentinel" => "rediss",
-        _ => return None,
+        _ => return Ok(None),
     };
     let (rest, name) = rest.rsplit_once('#').unwrap_or((rest, ""));
-    let (first, others) = split_seeds(&format!("{plain}://{rest}"));
-    let first = match first.split_once("://").map(|(_, r)| r) {
-        // The sentinels' default port.
-        Some(r)
-            if !r
-                .split(['/', '?'])
-                .next()?
-                .rsplit('@')
-                .next()?
-                .contains(':') =>
-        {
-            let (auth_host, tail) = r.split_at(r.find(['/', '?']).unwrap_or(r.len()));
-            format!("{plain}://{auth_host}:26379{tail}")
-        }
-        _ => first,
-    };
-    Some((first, others, name.to_string()))
+    let (first, others) = split_seeds(&format!("{plain}://{rest}"), 26379)?;
+    Ok(Some((first, others, name.to_string())))
 }
 
-/// `redis://[auth@]h1[:p1],h2[:p2]…[/db]`: the URL with the first host, and the others.
-fn split_seeds(url: &str) -> (String, Vec<String>) {
+/// `redis://[auth@]h1[:p1],h2[:p2]…[/db]` (or `rediss://`): the URL of the first host, its port
+/// written out, and the others (see [`hosts`](crate::backend::hosts)). Other schemes (a Unix
+/// socket) take one server: the URL as it is.
+fn split_seeds(url: &str, default_port: u16) -> Result<(String, Vec<HostPort>), String> {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return (url.to_string(), Vec::new());
+        return Ok((url.to_string(), Vec::new()));
     };
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "redis" | "rediss") {
+        return Ok((url.to_string(), Vec::new()));
+    }
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
     let (auth, hosts) = match authority.rsplit_once('@') {
         Some((a, h)) => (format!("{a}@"), h),
         None => (String::new(), authority),
     };
-    let mut hosts = hosts.split(',');
-    let first = hosts.next().unwrap_or_default();
-    let others = hosts.map(str::to_string).collect();
-    (format!("{scheme}://{auth}{first}{tail}"), others)
+    let mut hosts = crate::backend::hosts::parse(hosts, default_port)?.into_iter();
+    let first = hosts.next().ok_or("no host")?;
+    Ok((format!("{scheme}://{auth}{first}{tail}"), hosts.collect()))
 }
 
 impl Node {
@@ -220,7 +212,8 @@ impl Node {
         let (url, min_replicas) = take_min_replicas(full)
             .map_err(|why| Usage(format!("bad redis URL '{}': {why}", redact(full))))?;
         let url = url.as_str();
-        let sentinel = parse_sentinel(url);
+        let why = |why: String| Usage(format!("bad redis URL '{}': {why}", redact(url)));
+        let sentinel = parse_sentinel(url).map_err(why)?;
         let (first, others) = match &sentinel {
             Some((first, others, name)) => {
                 if name.is_empty() {
@@ -232,27 +225,14 @@ impl Node {
                 }
                 (first.clone(), others.clone())
             }
-            None => split_seeds(url),
+            None => split_seeds(url, 6379).map_err(why)?,
         };
-        let default_port = if sentinel.is_some() { 26379 } else { 6379 };
         let info = first.as_str().into_connection_info().map_err(bad)?;
-        let mut seeds = Vec::new();
-        for host in &others {
-            let host = if host.contains(':') {
-                host.clone()
-            } else {
-                format!("{host}:{default_port}")
-            };
-            let seed = conn::addr_like(info.addr(), &host).ok_or_else(|| {
-                Usage(format!(
-                    "bad redis URL '{}': '{}' is not host:port (several hosts are one cluster's \
-                     seed nodes; a Unix socket takes one path)",
-                    redact(url),
-                    crate::report::clean(&host, 80)
-                ))
-            })?;
-            seeds.push(seed);
-        }
+        let mut seeds = others
+            .iter()
+            .map(|h| conn::addr_like(info.addr(), &h.to_string()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| why("several hosts, and the first is not TCP".into()))?;
         if let redis::ConnectionAddr::TcpTls { insecure: true, .. } = info.addr() {
             return Err(Usage(format!(
                 "bad redis URL '{}': dlock does not skip certificate checks (#insecure); trust \
@@ -1236,14 +1216,26 @@ mod tests {
 
     #[test]
     fn several_hosts_are_seeds() {
+        let (first, others) = split_seeds("redis://u:p@a:1,b:2,c/3", 6379).unwrap();
+        assert_eq!(first, "redis://u:p@a:1/3");
+        let others: Vec<String> = others.iter().map(ToString::to_string).collect();
+        assert_eq!(others, ["b:2", "c:6379"]);
         assert_eq!(
-            split_seeds("redis://u:p@a:1,b:2,c/3"),
-            (
-                "redis://u:p@a:1/3".to_string(),
-                vec!["b:2".into(), "c".into()]
-            )
+            split_seeds("rediss://a", 6379),
+            Ok(("rediss://a:6379".into(), vec![]))
         );
-        assert_eq!(split_seeds("rediss://a:1"), ("rediss://a:1".into(), vec![]));
+        assert_eq!(
+            split_seeds("unix:///a,b", 6379),
+            Ok(("unix:///a,b".into(), vec![]))
+        );
+        for bad in [
+            "redis://a,,b",
+            "redis://a:0",
+            "redis://a b",
+            "redis://::1,b",
+        ] {
+            assert!(Node::parse(bad).is_err(), "{bad}");
+        }
         let n = Node::parse("redis://:pw@127.0.0.1:7000,127.0.0.1:7001,localhost").unwrap();
         assert_eq!(n.addr, "127.0.0.1:7000,127.0.0.1:7001,localhost:6379");
         assert!(Node::parse("redis://a:1,b:x").is_err());

@@ -52,24 +52,11 @@ pub(super) fn parse_url(url: &str) -> Result<ZkUrl, Usage> {
             Some(format!("{user}:{}", decode(pass)?))
         }
     };
-    let mut hosts = Vec::new();
-    for part in hostlist.split(',') {
-        let (host, port) = match part.rsplit_once(':') {
-            Some((h, p)) if !p.contains(']') => {
-                let port: u16 = p
-                    .parse()
-                    .ok()
-                    .filter(|&p| p > 0)
-                    .ok_or_else(|| bad(&format!("bad port '{p}'")))?;
-                (h, port)
-            }
-            _ => (part, DEFAULT_PORT),
-        };
-        if host.is_empty() || host.contains(['@', ' ']) {
-            return Err(bad("expected host[:port] for every server"));
-        }
-        hosts.push(format!("{host}:{port}"));
-    }
+    let hosts = crate::backend::hosts::parse(hostlist, DEFAULT_PORT)
+        .map_err(|why| bad(&why))?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     if chroot.contains('@') {
         // `zk://u:PW/x@h`: a password with a raw '/' would become a chroot and a host.
         return Err(bad(
