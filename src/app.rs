@@ -408,7 +408,15 @@ fn list(target: &crate::config::Target, verbosity: crate::config::Verbosity, jso
     let name = target.kind.name();
     let found = backend::open(target).and_then(|b| {
         let mut busy = Vec::new();
-        for key in b.list_keys()? {
+        let keys = b.list_keys()?;
+        if keys.len() >= backend::MAX_LISTED {
+            report::warn(format_args!(
+                "the list is cut: only {} of the keys held or waited for were looked at; give \
+                 --key for one past them",
+                backend::MAX_LISTED
+            ));
+        }
+        for key in keys {
             let s = b.status(&key)?;
             if s.held || s.waiters.is_some_and(|w| w > 0) || !s.queue.is_empty() {
                 busy.push(s.with_mode());

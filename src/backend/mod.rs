@@ -361,7 +361,9 @@ pub(crate) fn ttl_secs_up(ttl: Duration) -> u64 {
     (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
 }
 
-/// How many candidate keys `dlock status` without `--key` looks at, at most.
+/// How many candidate keys `dlock status` without `--key` looks at, at most; when a backend
+/// has more, the list says it was cut. Backends hand over only keys held or waited for where
+/// they can tell (stale lock files, fence counters and records are not candidates).
 pub(crate) const MAX_LISTED: usize = 10_000;
 
 /// A lock backend. Implementations are used from the main thread only; a held lock lives on as a

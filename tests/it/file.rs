@@ -361,3 +361,45 @@ fn a_counter_another_user_rewinds_does_not_make_tokens_go_backwards() {
     let third = token(&b);
     assert!(third > second, "token went from {second} back to {third}");
 }
+
+/// `dlock status` without `--key` lists every held lock in a directory of 30,000 lock files
+/// left by past runs (lock files stay: see docs/backends.md). Regression: the first 10,000
+/// directory entries were the candidates, and held locks past them were left out, without a word.
+#[test]
+fn status_lists_every_held_lock_among_stale_lock_files() {
+    let dir = scratch("stale-lock-files");
+    let b = TestBackend {
+        args: vec![
+            "--backend".into(),
+            "file".into(),
+            "--url".into(),
+            format!("file://{}", dir.display()),
+        ],
+        ..TestBackend::file()
+    };
+    for i in 0..30_000 {
+        std::fs::write(dir.join(format!("stale-{i:05}.lock")), b"").unwrap();
+    }
+    let keys: Vec<String> = (0..5).map(|i| format!("held-{i}")).collect();
+    let mut holders: Vec<Proc> = keys
+        .iter()
+        .map(|k| b.holding(k, &[], &dir.join(format!("{k}.marker"))))
+        .collect();
+    let out = run_ok(b.cmd("status").arg("--json"));
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let listed: Vec<&str> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["key"].as_str())
+        .collect();
+    assert_eq!(listed, keys, "{}", describe(&out));
+    assert!(out.stderr.is_empty(), "{}", describe(&out));
+    for h in &mut holders {
+        h.close_stdin();
+    }
+    for h in holders {
+        let (out, _) = h.wait(Duration::from_secs(10));
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+}

@@ -412,3 +412,73 @@ fn wall_clock_at_ms(ms: u32) -> std::time::SystemTime {
     std::thread::sleep(Duration::from_millis(u64::from((ms + 1000 - into) % 1000)));
     std::time::SystemTime::now()
 }
+
+/// `dlock status` without `--key` counts only what is held or waited for: 12,000 keys' fence
+/// counters left by past runs do not push the two held locks out of the list (regression: the
+/// 10,000 candidates were mostly fences, and held locks were missing, without a word). A
+/// backend with more busy keys than the list takes says that the list is cut.
+#[test]
+fn status_lists_every_held_lock_past_stale_keys_and_says_when_cut() {
+    let Some(server) = Redis::start(&[]) else {
+        return;
+    };
+    let b = TestBackend::redis(&server.url());
+    let pipe = |commands: String| {
+        let mut cli = std::process::Command::new("redis-cli")
+            .args(["-p", &server.port.to_string(), "--pipe"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        cli.stdin
+            .take()
+            .unwrap()
+            .write_all(commands.as_bytes())
+            .unwrap();
+        assert!(cli.wait().unwrap().success());
+    };
+    pipe(
+        (0..12_000)
+            .map(|i| format!("SET dlock:{{stale-{i}}}:fence 5\r\n"))
+            .collect(),
+    );
+    let dir = scratch("listed-past-stale");
+    let keys = [unique_key("listed-a"), unique_key("listed-b")];
+    let mut holders: Vec<Proc> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| b.holding(k, &[], &dir.join(format!("held-{i}"))))
+        .collect();
+    let out = run_ok(b.cmd("status").arg("--json"));
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for k in &keys {
+        assert!(
+            all.as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["key"] == k.as_str()),
+            "{k} not listed: {all}"
+        );
+    }
+    assert!(out.stderr.is_empty(), "{}", describe(&out));
+    // 10,000 more keys held (by an application, in dlock's naming): the list is cut, and says so.
+    pipe(
+        (0..10_000)
+            .map(|i| format!("SET dlock:{{app-{i}}} x PX 60000\r\n"))
+            .collect(),
+    );
+    let out = run_ok(b.cmd("status").arg("--json"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the list is cut"),
+        "{}",
+        describe(&out)
+    );
+    for h in &mut holders {
+        h.close_stdin();
+    }
+    for h in holders {
+        let (out, _) = h.wait(Duration::from_secs(10));
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+}

@@ -188,14 +188,26 @@ impl Backend for FileBackend {
     /// The lock files in the directory: an escaped name is its key; a hashed one (a long key)
     /// names its key in the record inside.
     fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
+        // Lock files stay after use (see docs/backends.md): only those someone holds or waits
+        // for now, as /proc/locks says, are candidates.
+        let locked = proc_locks::locked_inodes()?;
         let mut keys = Vec::new();
         let entries = std::fs::read_dir(&self.dir)
             .with_context(|| format!("cannot list {}", self.dir.display()))?;
-        for entry in entries.flatten().take(super::MAX_LISTED) {
+        for entry in entries.flatten() {
+            if keys.len() >= super::MAX_LISTED {
+                break;
+            }
             let name = entry.file_name();
             let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
                 continue;
             };
+            let busy = entry
+                .metadata()
+                .is_ok_and(|m| locked.contains(&proc_locks::inode_id(m.dev(), m.ino())));
+            if !busy {
+                continue;
+            }
             let key = match super::unescape_key(stem) {
                 Some(k) if !stem.contains('~') => Some(k),
                 _ => open_existing(&entry.path())

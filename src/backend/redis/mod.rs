@@ -413,16 +413,9 @@ impl Node {
 /// The lock keys named by `dlock:{KEY}…` Redis keys on `con` (SCAN: the server is never
 /// blocked), at most [`super::MAX_LISTED`].
 pub(super) fn scan_keys(con: &mut Connection) -> redis::RedisResult<Vec<Key>> {
-    const SUFFIXES: [&str; 8] = [
-        "}",
-        "}:fence",
-        "}:owner",
-        "}:signal",
-        "}:waiters",
-        "}:holders",
-        "}:hmeta",
-        "}:wwait",
-    ];
+    // The keys that exist only while the lock is held or waited for (the fence counter and the
+    // records stay after use, and are not candidates).
+    const SUFFIXES: [&str; 4] = ["}", "}:waiters", "}:holders", "}:wwait"];
     let mut keys = std::collections::BTreeSet::new();
     let mut cursor = 0u64;
     loop {
