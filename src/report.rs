@@ -421,6 +421,84 @@ mod tests {
         assert_eq!(clean(&c, 100), c, "escaping twice changes nothing");
     }
 
+    /// Any holder record a server could hand back: every field present or not, any text.
+    fn any_holder() -> impl proptest::strategy::Strategy<Value = Holder> {
+        use proptest::prelude::*;
+        let text = || proptest::option::of("\\PC{0,40}|.{0,40}");
+        (
+            (
+                text(),
+                text(),
+                any::<Option<u32>>(),
+                any::<Option<u64>>(),
+                text(),
+            ),
+            (
+                any::<Option<u64>>(),
+                any::<Option<u64>>(),
+                any::<Option<u64>>(),
+                text(),
+            ),
+            (proptest::option::of(0u32..5), text(), text()),
+        )
+            .prop_map(|(a, b, c)| Holder {
+                key: a.0,
+                host: a.1,
+                pid: a.2,
+                pidns: a.3,
+                command: a.4,
+                since_ms: b.0,
+                fencing_token: b.1,
+                lease_left_ms: b.2,
+                session: b.3,
+                mode: c.0.map(|n| match n {
+                    0 => crate::backend::Mode::Exclusive,
+                    1 => crate::backend::Mode::Shared,
+                    n => crate::backend::Mode::Limit(n),
+                }),
+                foreign: c.1,
+                node: c.2,
+            })
+    }
+
+    proptest::proptest! {
+        /// Any holder records, shown by `status`, `status` without a key and `break`: no panic,
+        /// and no control character but the line breaks of the text itself.
+        #[test]
+        fn any_holder_record_is_shown_safely(
+            holders in proptest::collection::vec(any_holder(), 0..4),
+            queue in proptest::collection::vec(any_holder(), 0..3),
+            waiters: Option<u64>,
+        ) {
+            let key = crate::config::Key::new("k").unwrap();
+            let mut s = Status::new(&key, crate::config::BackendKind::Redis, "h:1".into());
+            s.held = !holders.is_empty();
+            s.holders = holders;
+            s.queue = queue;
+            s.waiters = waiters;
+            let s = s.with_mode();
+            let list = list_text("redis", "h:1", std::slice::from_ref(&s));
+            for text in [status_text(&s), broke_text(&s), list] {
+                proptest::prop_assert!(
+                    !text.chars().any(|c| (c.is_control() && c != '\n') || invisible(c)),
+                    "{:?}", text
+                );
+            }
+        }
+
+        /// A record read back from a server is a record or an error, never a panic; a record
+        /// dlock writes reads back the same.
+        #[test]
+        fn holder_records_read_back(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            h in any_holder(),
+        ) {
+            let _ = serde_json::from_slice::<Holder>(&bytes);
+            let written = serde_json::to_vec(&h).unwrap();
+            proptest::prop_assert_eq!(serde_json::from_slice::<Holder>(&written).ok(), Some(h));
+        }
+    }
+
     proptest::proptest! {
         /// Whatever a server sends, what reaches the terminal has no control or invisible
         /// character, is at most `max` characters and an ellipsis, and is cleaned once for all.

@@ -348,4 +348,34 @@ mod tests {
         assert_eq!(&u[14..15], "4");
         assert_ne!(u, uuid_v4().unwrap());
     }
+
+    proptest::proptest! {
+        /// Any children (another recipe's, a hostile client's) make some queue, never a panic,
+        /// and every contender in it is waited for or holds.
+        #[test]
+        fn any_children_make_a_queue(
+            names in proptest::collection::vec("\\PC{0,30}|[_a-z-]{0,12}-?[0-9]{10}", 0..12),
+        ) {
+            let (queue, _) = lock_queue(names);
+            for i in 0..queue.len() {
+                let _ = blocked_by(&queue, i);
+            }
+            proptest::prop_assert!(holding(&queue) <= queue.len());
+        }
+
+        /// The names dlock creates say their mode and sequence back. (Past 2^31 - 1 nodes under
+        /// one key ZooKeeper's counter wraps to negative numbers, which sort first: a limit of
+        /// the recipe, Curator's too, not of this parser.)
+        #[test]
+        fn dlock_names_round_trip(n in 0u32..1000, m in 0u8..3, seq in 0..=i32::MAX) {
+            let mode = match m {
+                0 => Mode::Exclusive,
+                1 => Mode::Shared,
+                _ => Mode::Limit(n.max(2)),
+            };
+            let name = format!("_c_0f0e0d0c-0b0a-4908-8706-050403020100{}{seq:010}", node_kind(mode));
+            proptest::prop_assert_eq!(kind_of(&name), Some(Kind::Lock(mode)));
+            proptest::prop_assert_eq!(split_seq(&name).map(|(_, s)| s), Some(seq));
+        }
+    }
 }
