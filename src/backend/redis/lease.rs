@@ -1,0 +1,119 @@
+//! A held Redis lock: renewal and release by script, on the lock's own connection.
+
+use redis::Script;
+
+use super::COMMAND_TIMEOUT;
+use super::scripts::{RENEW, RENEW_SHARED, release_for, script};
+use super::sentinel::is_primary;
+use std::time::Duration;
+
+use super::{Connection, Keys, Node};
+use crate::backend::{Lease, Mode, RenewError};
+use crate::clock::BootInstant;
+
+/// A held Redis lock.
+pub(super) struct RedisLease {
+    pub(super) node: Node,
+    /// The lock's connection; `None` after a transport error (reconnected on the next call).
+    pub(super) con: Option<Connection>,
+    pub(super) keys: Keys,
+    pub(super) token: String,
+    /// Exclusive (the lock key) or shared/semaphore (an entry in `:holders`).
+    pub(super) mode: Mode,
+    pub(super) ttl: Duration,
+    pub(super) fence: Option<u64>,
+    pub(super) acquired_at: BootInstant,
+    pub(super) held_back_until: Option<BootInstant>,
+}
+
+impl RedisLease {
+    fn con(&mut self) -> anyhow::Result<&mut Connection> {
+        if self.con.is_none() {
+            self.con = Some(self.node.connect(COMMAND_TIMEOUT.min(self.ttl / 3))?);
+        }
+        Ok(self.con.as_mut().expect("set above"))
+    }
+}
+
+impl Lease for RedisLease {
+    fn fencing_token(&self) -> Option<u64> {
+        self.fence
+    }
+
+    fn held_back_until(&self) -> Option<BootInstant> {
+        self.held_back_until
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.ttl)
+    }
+
+    fn acquired_at(&self) -> BootInstant {
+        self.acquired_at
+    }
+
+    fn renew(&mut self) -> Result<(), RenewError> {
+        static RN: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+        static RN_SHARED: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+        let mut inv = if self.mode == Mode::Exclusive {
+            let mut inv = script(&RN, RENEW).prepare_invoke();
+            inv.key(&self.keys.lock).key(&self.keys.owner);
+            inv
+        } else {
+            let mut inv = script(&RN_SHARED, RENEW_SHARED).prepare_invoke();
+            inv.key(&self.keys.holders)
+                .key(&self.keys.hmeta)
+                .key(&self.keys.lock);
+            inv
+        };
+        inv.arg(&self.token).arg(self.ttl.as_millis() as u64);
+        let addr = self.node.addr.clone();
+        if let (Some(s), Some(con)) = (&self.node.sentinel, &self.con) {
+            // A failover moved the primary: renew on the one a sentinel names now (never back
+            // on the old one), which keeps the lock only if it has this holder's token
+            // (replicated before the switch).
+            let limit = (self.ttl / 6).min(COMMAND_TIMEOUT);
+            if let Some(new) = s.moved_from(&self.node.info, con.addr(), limit) {
+                self.con = None;
+                let node = self.node.at(&new);
+                let mut c = node
+                    .connect(COMMAND_TIMEOUT.min(self.ttl / 3))
+                    .map_err(RenewError::Failed)?;
+                if !is_primary(&mut c) {
+                    return Err(RenewError::Failed(anyhow::anyhow!(
+                        "{new}, named by a sentinel, is not a primary yet"
+                    )));
+                }
+                self.con = Some(c);
+            }
+        }
+        let con = self.con().map_err(RenewError::Failed)?;
+        let reply: redis::RedisResult<i64> = inv.invoke(con);
+        match reply {
+            Ok(1) => Ok(()),
+            Ok(-1) => Err(RenewError::Lost(format!(
+                "{addr}: a client that is not dlock (a redis-py Lock?) set {} while this {} \
+                 holder held; it does not see dlock's shared and --limit holders, so it holds too",
+                crate::report::clean(&self.keys.lock, crate::report::MAX_FIELD),
+                self.mode.describe()
+            ))),
+            Ok(_) => Err(RenewError::Lost(format!(
+                "the lock key on {addr} expired or was deleted (dlock break?) or taken over"
+            ))),
+            Err(e) => {
+                self.con = None;
+                Err(RenewError::Failed(anyhow::anyhow!("{addr}: {e}")))
+            }
+        }
+    }
+
+    fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+        let inv = release_for(&self.keys, &self.token, self.mode);
+        let addr = self.node.addr.clone();
+        let con = self.con()?;
+        let _: i64 = inv
+            .invoke(con)
+            .map_err(|e| anyhow::anyhow!("{addr}: {e}"))?;
+        Ok(())
+    }
+}
