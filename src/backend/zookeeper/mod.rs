@@ -35,18 +35,16 @@
 
 mod lease;
 mod queue;
+mod session;
 mod url;
+mod view;
 
-use std::future::Future;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
-use zookeeper_client::{
-    Acl, Acls, AuthId, Client, CreateMode, CreateSequence, MultiReadResult, Permission,
-    SessionState, Stat,
-};
+use zookeeper_client::{Acl, Acls, AuthId, Client, CreateMode, CreateSequence, Permission, Stat};
 
 use super::{Backend, Holder, Lease, Mode, Reach, Request, Status, escape_key};
 use crate::clock::BootInstant;
@@ -54,10 +52,10 @@ use crate::config::{BackendKind, Key};
 use crate::exit::{Busy, Interrupted, Unavailable, Usage};
 
 use self::lease::ZkLease;
-use self::queue::{
-    Entry, Kind, Recipe, blocked_by, compatible, holding, kind_of, lock_queue, node_kind, uuid_v4,
-};
+use self::queue::{Kind, blocked_by, compatible, holding, lock_queue, node_kind, uuid_v4};
+use self::session::{close, op, reconnected, retried};
 use self::url::parse_url;
+use self::view::{dlock_record, holder_from};
 
 type ZkError = zookeeper_client::Error;
 
@@ -89,65 +87,6 @@ pub(crate) struct ZkBackend {
     rt: OnceLock<Arc<Runtime>>,
     /// Whether this process reached the ensemble (see [`Reach`]).
     reach: Reach,
-}
-
-/// Runs one request, bounded by [`COMMAND_TIMEOUT`] (a lost reply counts as a connection loss).
-async fn op<T>(request: impl Future<Output = Result<T, ZkError>>) -> Result<T, ZkError> {
-    tokio::time::timeout(COMMAND_TIMEOUT, request)
-        .await
-        .unwrap_or(Err(ZkError::ConnectionLoss))
-}
-
-/// Waits (up to `limit`) until the session is connected again after a connection loss.
-async fn reconnected(client: &Client, limit: Duration) -> Result<(), ZkError> {
-    let mut states = client.state_watcher();
-    let until = Instant::now() + limit;
-    loop {
-        match client.state() {
-            SessionState::SyncConnected | SessionState::ConnectedReadOnly => return Ok(()),
-            SessionState::Expired => return Err(ZkError::SessionExpired),
-            SessionState::AuthFailed => return Err(ZkError::AuthFailed),
-            SessionState::Closed => return Err(ZkError::ClientClosed),
-            SessionState::Disconnected => {}
-        }
-        let left = until.saturating_duration_since(Instant::now());
-        if tokio::time::timeout(left, states.changed()).await.is_err() {
-            return Err(ZkError::ConnectionLoss);
-        }
-    }
-}
-
-/// Runs `request` again after connection losses while the session may still be alive.
-async fn retried<T, F, Fut>(client: &Client, mut request: F) -> Result<T, ZkError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, ZkError>>,
-{
-    let until = Instant::now() + client.session_timeout();
-    loop {
-        match op(request()).await {
-            Err(ZkError::ConnectionLoss) if Instant::now() < until => {
-                reconnected(client, until.saturating_duration_since(Instant::now())).await?;
-            }
-            other => return other,
-        }
-    }
-}
-
-/// Deletes `node` (if any) and closes the session (the server deletes its ephemeral nodes at
-/// once and wakes their watchers), waiting briefly for the server to confirm. The two requests
-/// leave together: one round trip.
-async fn close(client: Client, node: Option<&str>) {
-    let mut states = client.state_watcher();
-    let deleted = node.map(|path| client.delete(path, None));
-    drop(client);
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
-        if let Some(deleted) = deleted {
-            let _ = deleted.await;
-        }
-        while !states.changed().await.is_terminated() {}
-    })
-    .await;
 }
 
 /// A key's children, and when the request that listed them was sent.
@@ -190,10 +129,6 @@ impl ZkBackend {
         })
     }
 
-    fn runtime(&self) -> anyhow::Result<Arc<Runtime>> {
-        super::async_runtime(&self.rt, "zk")
-    }
-
     /// `[/chroot]/dlock/<escaped key>`.
     fn key_path(&self, key: &Key) -> String {
         format!("{}/{ROOT}/{}", self.chroot, escape_key(key))
@@ -205,59 +140,6 @@ impl ZkBackend {
         } else {
             Acls::anyone_all()
         }
-    }
-
-    fn fail(&self, doing: &str, e: ZkError) -> anyhow::Error {
-        match e {
-            ZkError::NoAuth => Unavailable(format!(
-                "{}: not authorized to {doing}: the lock's nodes belong to other \
-                 credentials (give them in DLOCK_URL as zk://user:password@host)",
-                self.addr
-            ))
-            .into(),
-            e @ (ZkError::ConnectionLoss
-            | ZkError::SessionExpired
-            | ZkError::ClientClosed
-            | ZkError::NoHosts) => self
-                .reach
-                .transport_error(format!("{}: cannot {doing}: {e}", self.addr)),
-            e => Unavailable(format!("{}: cannot {doing}: {e}", self.addr)).into(),
-        }
-    }
-
-    /// A new session. Each server is tried once, for at most [`CONNECT_TIMEOUT`].
-    async fn connect(&self, session_timeout: Duration) -> anyhow::Result<Client> {
-        let mut connector = Client::connector()
-            .with_session_timeout(session_timeout)
-            .with_connection_timeout(CONNECT_TIMEOUT)
-            .with_fail_eagerly();
-        if let Some(d) = &self.digest {
-            connector = connector.with_auth("digest", d.as_bytes());
-        }
-        let bound = CONNECT_TIMEOUT * (self.servers + 1);
-        let client = match tokio::time::timeout(bound, connector.connect(&self.hosts)).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => {
-                if matches!(e, ZkError::AuthFailed | ZkError::NoAuth) {
-                    return Err(Unavailable(format!("cannot connect to {}: {e}", self.addr)).into());
-                }
-                let e = match e {
-                    ZkError::NoHosts => "no server answered".to_string(),
-                    e => e.to_string(),
-                };
-                return Err(self
-                    .reach
-                    .transport_error(format!("cannot connect to {}: {e}", self.addr)));
-            }
-            Err(_) => {
-                return Err(self.reach.transport_error(format!(
-                    "cannot connect to {}: no answer within {bound:?}",
-                    self.addr
-                )));
-            }
-        };
-        self.reach.connected();
-        Ok(client)
     }
 
     /// Creates the chroot, `/dlock` (persistent) and the key's node (a container) where missing.
@@ -517,147 +399,6 @@ impl ZkBackend {
             }
         }
     }
-
-    /// The contenders of `key` with their metadata, holder first, and its children that are
-    /// not lock nodes.
-    async fn queue_of(&self, client: &Client, key: &Key) -> anyhow::Result<Queue> {
-        let parent = self.key_path(key);
-        let (entries, others) = match retried(client, || client.list_children(&parent)).await {
-            Ok(children) => lock_queue(children),
-            Err(ZkError::NoNode) => Default::default(),
-            Err(e) => return Err(self.fail("list the lock's queue", e)),
-        };
-        let mut queue = Queue {
-            parent,
-            entries: Vec::new(),
-            holders: Vec::new(),
-            others: Vec::new(),
-        };
-        if entries.is_empty() && others.is_empty() {
-            return Ok(queue);
-        }
-        let names: Vec<&str> = entries
-            .iter()
-            .map(|e| e.name.as_str())
-            .chain(others.iter().map(String::as_str))
-            .collect();
-        let parent = &queue.parent;
-        let mut results = retried(client, || {
-            let mut reader = client.new_multi_reader();
-            for name in &names {
-                let _ = reader.add_get_data(&format!("{parent}/{name}"));
-            }
-            reader.commit()
-        })
-        .await
-        .map_err(|e| self.fail("read the lock's nodes", e))?
-        .into_iter();
-        for e in entries {
-            // (One not there any more was deleted meanwhile.)
-            if let Some(MultiReadResult::Data { data, stat }) = results.next() {
-                queue.holders.push(holder_from(&e.name, &data, &stat));
-                queue.entries.push(e);
-            }
-        }
-        for name in others {
-            if let Some(MultiReadResult::Data { data, stat }) = results.next() {
-                queue.others.push(holder_from(&name, &data, &stat));
-            }
-        }
-        Ok(queue)
-    }
-
-    /// The status a key's queue (holder first) makes.
-    fn status_of(&self, key: &Key, queue: Queue) -> Status {
-        let Queue {
-            parent,
-            entries,
-            mut holders,
-            others,
-        } = queue;
-        let location = format!("{} (node {parent})", self.addr);
-        let mut status = Status::new(key, self.kind(), location);
-        status.server_name = Some(parent);
-        let rest = holders.split_off(holding(&entries));
-        status.waiters = Some(rest.len() as u64);
-        if let Some(first) = entries.first() {
-            let mode = match first.kind {
-                Kind::Lock(mode) => mode,
-                Kind::Foreign(_) => Mode::Exclusive,
-            };
-            status.mode = Some(mode.name());
-            status.limit = mode.limit();
-        }
-        status.holders = holders;
-        if !others.is_empty() {
-            status.notes.push(
-                "the lock's path has nodes of another recipe that are not lock nodes (a \
-                 semaphore's?): dlock refuses to run on it (exit 75)"
-                    .into(),
-            );
-        }
-        status.holders.extend(others);
-        status.held = !status.holders.is_empty();
-        status.queue = rest;
-        status
-    }
-
-    /// Runs `f` with a short session on this backend's runtime, and closes it.
-    fn admin<T>(&self, f: impl AsyncFnOnce(&Client) -> anyhow::Result<T>) -> anyhow::Result<T> {
-        let rt = self.runtime()?;
-        rt.block_on(async {
-            let client = self.connect(ADMIN_SESSION).await?;
-            let result = f(&client).await;
-            close(client, None).await;
-            result
-        })
-    }
-}
-
-/// A key's children as `status` and `break` see them.
-struct Queue {
-    /// The key's node.
-    parent: String,
-    /// Its contenders, first holder first.
-    entries: Vec<Entry>,
-    /// What each of `entries` says of its holder (or waiter).
-    holders: Vec<Holder>,
-    /// Its children that are not lock nodes (another recipe's).
-    others: Vec<Holder>,
-}
-
-/// The holder record in a node's data, if it is dlock's.
-fn dlock_record(data: &[u8]) -> Option<Holder> {
-    serde_json::from_slice::<Holder>(data)
-        .ok()
-        .filter(|h| h.pid.is_some() && h.foreign.is_none())
-}
-
-/// What a child of a key's node says of its holder: dlock's record with the facts only the
-/// node's stat knows, or for another recipe's node what its name tells.
-fn holder_from(name: &str, data: &[u8], stat: &Stat) -> Holder {
-    let mut h = match dlock_record(data) {
-        Some(mut h) => {
-            h.fencing_token = u64::try_from(stat.czxid).ok();
-            h
-        }
-        None => Holder {
-            foreign: Some(
-                match kind_of(name) {
-                    Some(Kind::Foreign(r)) => r.describe(),
-                    Some(Kind::Lock(_)) => Recipe::CuratorMutex.describe(),
-                    None => "another recipe's node (not a lock node)",
-                }
-                .into(),
-            ),
-            ..Holder::default()
-        },
-    };
-    if stat.ephemeral_owner != 0 {
-        h.session = Some(format!("0x{:x}", stat.ephemeral_owner));
-    }
-    h.node = Some(name.to_string());
-    h
 }
 
 impl Backend for ZkBackend {
