@@ -75,7 +75,7 @@ impl PgBackend {
         let cancel = s.client.cancel_token();
         let rows = tokio::select! {
             r = s.client.simple_query(&queue) => match r {
-                Ok(m) => super::rows(m),
+                Ok(m) => super::rows::simple_rows(m),
                 Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
                     return Err(req.busy(None));
                 }

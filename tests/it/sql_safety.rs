@@ -1,0 +1,94 @@
+//! The SQL backends against settings and contents that broke them: values spliced into SQL
+//! text, records that are not UTF-8 or are huge, names with URL syntax, a latin1 server.
+
+use crate::servers::shared_postgres;
+use crate::util::*;
+
+/// A new database on the shared PostgreSQL; its URL. `settings` are `ALTER DATABASE … SET`s.
+fn pg_database(name: &str, settings: &[&str]) -> Option<(String, String)> {
+    let pg = shared_postgres()?;
+    let db = unique_key(name).replace(['-', '.'], "_").to_lowercase();
+    pg.sql(&format!("CREATE DATABASE {db}"));
+    for s in settings {
+        pg.sql(&format!("ALTER DATABASE {db} SET {s}"));
+    }
+    Some((
+        db.clone(),
+        format!("postgres://postgres@127.0.0.1:{}/{db}", pg.port),
+    ))
+}
+
+/// SQL in database `db` of the shared PostgreSQL.
+fn pg_sql(db: &str, sql: &str) -> String {
+    let pg = shared_postgres().unwrap();
+    let out = pg.psql().args(["-d", db, "-c", sql]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// With `standard_conforming_strings = off` a backslash escapes a quote in a string literal:
+/// a key spliced into SQL text ran SQL of the key's choosing. Keys are bind parameters now.
+#[test]
+fn postgres_keys_are_never_sql_text() {
+    let Some((db, url)) = pg_database("scs", &["standard_conforming_strings = off"]) else {
+        return;
+    };
+    let b = TestBackend::postgres(&url);
+    // An earlier run creates dlock's tables.
+    run_ok(&mut b.run(&unique_key("tables"), &[], &["true"]));
+    for (sub, table) in [
+        ("run", "pwned_run"),
+        ("status", "pwned_status"),
+        ("break", "pwned_break"),
+    ] {
+        let key = format!("x\\'; CREATE TABLE {table} (); --");
+        let out = match sub {
+            "run" => output(&mut b.run(&key, &["-n"], &["true"])),
+            _ => output(b.cmd(sub).args(["-k", &key])),
+        };
+        assert_eq!(out.status.code(), Some(0), "{sub}: {}", describe(&out));
+        let tables = pg_sql(
+            &db,
+            "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'pwned%'",
+        );
+        assert_eq!(tables, "0", "dlock {sub} ran SQL from the key");
+    }
+    // An ordinary key with a backslash and a quote works.
+    let key = "a\\'b";
+    let (holder, _) = b.hold(key, &[]);
+    let s = b.status(key);
+    assert_eq!(s["held"], true, "{s}");
+    assert!(
+        s["holders"][0]["pid"].is_number(),
+        "the record is read back: {s}"
+    );
+    holder.signal(libc::SIGTERM);
+    holder.wait(std::time::Duration::from_secs(10));
+    run_ok(&mut b.run(key, &["-n"], &["true"]));
+}
+
+/// A holder record of more than 4 MiB (a user with access to the table can write one) made
+/// `break` fail on the message-size bound; it is read capped and shown as unreadable.
+#[test]
+fn postgres_break_survives_a_huge_holder_record() {
+    let Some((db, url)) = pg_database("huge", &[]) else {
+        return;
+    };
+    let b = TestBackend::postgres(&url);
+    let key = unique_key("huge");
+    let (holder, _) = b.hold(&key, &[]);
+    pg_sql(
+        &db,
+        "UPDATE dlock_holders SET holder = repeat('x', 5 << 20)",
+    );
+    let s = b.status(&key);
+    assert_eq!(s["held"], true, "{s}");
+    assert!(s["notes"].to_string().contains("unreadable"), "{s}");
+    run_ok(b.cmd("break").args(["-k", &key]));
+    let (out, _) = holder.wait(std::time::Duration::from_secs(10));
+    assert_ne!(out.status.code(), Some(0), "the holder lost the lock");
+}
