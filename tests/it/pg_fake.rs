@@ -5,6 +5,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::util::*;
 
@@ -12,6 +13,8 @@ use crate::util::*;
 enum Reply {
     /// The lock try's row holds a cell that is not UTF-8.
     BadUtf8,
+    /// Data rows of `n` bytes each, without end, to the first query.
+    Endless(usize),
 }
 
 /// Starts the fake on a free loopback port; it serves until the test process ends.
@@ -108,6 +111,17 @@ fn serve(mut c: TcpStream, reply: Reply) -> std::io::Result<()> {
             out.extend(columns(2));
             match reply {
                 Reply::BadUtf8 => out.extend(row(&[b"f", b"t\xff\xfe"])),
+                Reply::Endless(n) => {
+                    c.write_all(&out)?;
+                    let r = row(&[b"f", &vec![b'x'; n]]);
+                    let mut many = Vec::new();
+                    while many.len() < 1 << 16 {
+                        many.extend_from_slice(&r);
+                    }
+                    loop {
+                        c.write_all(&many)?;
+                    }
+                }
             }
             out.extend(done("SELECT 1"));
         } else if sql.contains("SELECT pg_advisory_lock") {
@@ -146,4 +160,35 @@ fn postgres_cell_that_is_not_utf8_is_an_error() {
     let line = one_error_line(&out);
     assert_ne!(out.status.code(), Some(134), "{}", describe(&out));
     assert_eq!(out.status.code(), Some(69), "{line}");
+}
+
+/// Rows without end (small ones, or of 4 MiB each) in reply to one statement grew dlock to
+/// gigabytes; the reply is bounded, and a signal still ends dlock at once.
+#[test]
+fn postgres_endless_rows_are_refused() {
+    for size in [8, (4 << 20) - 64] {
+        let port = start(Reply::Endless(size));
+        let began = Instant::now();
+        let out = output(&mut dlock_against(port, &["-n"]));
+        let line = one_error_line(&out);
+        assert_eq!(out.status.code(), Some(69), "{size}: {line}");
+        assert!(began.elapsed() < Duration::from_secs(5), "{size}: {line}");
+        let port = start(Reply::Endless(size));
+        let p = Proc::spawn(&mut dlock_against(port, &[]));
+        thread::sleep(Duration::from_millis(300));
+        let sent = Instant::now();
+        p.signal(libc::SIGTERM);
+        let (out, _) = p.wait(Duration::from_secs(10));
+        let code = out.status.code();
+        assert!(
+            code == Some(143) || code == Some(69),
+            "{size}: {}",
+            describe(&out)
+        );
+        assert!(
+            sent.elapsed() < Duration::from_millis(700),
+            "{size}: took {:?}",
+            sent.elapsed()
+        );
+    }
 }
