@@ -15,6 +15,8 @@ enum Reply {
     BadUtf8,
     /// Data rows of `n` bytes each, without end, to the first query.
     Endless(usize),
+    /// The try says busy; the waiting statement gets no answer, ever.
+    NeverGrant,
 }
 
 /// Starts the fake on a free loopback port; it serves until the test process ends.
@@ -122,6 +124,7 @@ fn serve(mut c: TcpStream, reply: Reply) -> std::io::Result<()> {
                         c.write_all(&many)?;
                     }
                 }
+                Reply::NeverGrant => out.extend(row(&[b"f", b"f"])),
             }
             out.extend(done("SELECT 1"));
         } else if sql.contains("SELECT pg_advisory_lock") {
@@ -191,4 +194,21 @@ fn postgres_endless_rows_are_refused() {
             sent.elapsed()
         );
     }
+}
+
+/// A server that never answers the waiting statement kept `dlock run -w 3s` waiting for ever:
+/// the client ends the wait itself (a cancel request) and reports the lock busy.
+#[test]
+fn postgres_wait_is_bounded_by_the_client() {
+    let port = start(Reply::NeverGrant);
+    let p = Proc::spawn(&mut dlock_against(port, &["-w", "3s"]));
+    let (out, took) = p.wait(Duration::from_secs(15));
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "took {took:?}: {}",
+        describe(&out)
+    );
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    one_error_line(&out);
 }

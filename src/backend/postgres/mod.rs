@@ -378,6 +378,11 @@ impl PgBackend {
                 }
                 Err(e) => Err(self.fail("wait for the lock", e)),
             },
+            _ = slots::overdue(req) => {
+                // The server did not end the wait at lock_timeout: end it from here.
+                self.cancel(cancel).await;
+                Err(req.busy(None))
+            }
             _ = notify.notified() => {
                 // The session is closed by the caller, which releases anything granted.
                 self.cancel(cancel).await;
