@@ -92,3 +92,17 @@ fn postgres_break_survives_a_huge_holder_record() {
     let (out, _) = holder.wait(std::time::Duration::from_secs(10));
     assert_ne!(out.status.code(), Some(0), "the holder lost the lock");
 }
+
+/// A user name with '@', %-escaped in the URL, is the role's name.
+#[test]
+fn postgres_escaped_user_name_is_accepted() {
+    let Some(pg) = shared_postgres() else { return };
+    pg.sql(
+        "DO $$ BEGIN CREATE ROLE \"sec@srv\" LOGIN SUPERUSER; \
+            EXCEPTION WHEN duplicate_object THEN NULL; END $$",
+    );
+    let url = format!("postgres://sec%40srv@127.0.0.1:{}/postgres", pg.port);
+    let b = TestBackend::postgres(&url);
+    let out = run_ok(&mut b.run(&unique_key("role"), &[], &["sh", "-c", "echo ok"]));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+}
