@@ -216,3 +216,17 @@ fn signals_end_a_run_stuck_on_a_misbehaving_server() {
         t.join().unwrap();
     }
 }
+
+/// A MySQL connect stopped by a signal (the driver's calls cannot be interrupted: the process
+/// ends from the signal handler) said nothing; it says one `dlock:` line, like every other end.
+#[test]
+fn mysql_connect_ended_by_a_signal_says_why() {
+    let fake = Fake::start(Behaviour::Stall);
+    let p = Proc::spawn(&mut dlock_against("mysql", fake.port, &[]));
+    thread::sleep(Duration::from_millis(500));
+    p.signal(libc::SIGTERM);
+    let (out, _) = p.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(143), "{}", describe(&out));
+    let line = one_error_line(&out);
+    assert!(line.contains("SIGTERM"), "{line}");
+}

@@ -739,6 +739,15 @@ impl Mariadb {
         Self::start_with(&args).map(|m| (m, certs.join("ca.pem")))
     }
 
+    /// A server whose default character set is latin1, as MariaDB's was before 11.6 (and
+    /// MySQL 5.7's): the `dlock` database, and so dlock's table, are latin1.
+    pub(crate) fn start_latin1() -> Option<Mariadb> {
+        Self::start_with(&[
+            "--character-set-server=latin1".to_string(),
+            "--collation-server=latin1_swedish_ci".to_string(),
+        ])
+    }
+
     fn start_with(extra: &[String]) -> Option<Mariadb> {
         if !available("mariadbd") {
             return None;

@@ -28,8 +28,10 @@
 //!   run, in which the holder record and fence cannot be written without serializing readers
 //!   or a second connection; see docs/backends.md.)
 
+mod rows;
 mod shared;
 mod slots;
+mod status;
 mod tls;
 
 use std::time::Duration;
@@ -45,6 +47,7 @@ use crate::config::{BackendKind, Key, redact};
 use crate::exit::{Interrupted, Unavailable, Usage};
 use crate::signals::HardStop;
 
+use self::rows::{err_text, hex, last_row, last_value, parse_record, url_text};
 use self::shared::{Reader, SHARED_RECORD};
 use self::tls::split_tls_params;
 
@@ -182,50 +185,6 @@ pub fn lock_name(key: &Key) -> String {
 /// reply coming a byte at a time (each byte restarts the crate's read timeout).
 const HARD_LIMIT: Duration = Duration::from_secs(8);
 
-/// Runs `sql` (possibly several statements) and returns the first column of the first row of
-/// its result sets.
-fn last_value<T: mysql::prelude::FromValue>(con: &mut Conn, sql: &str) -> mysql::Result<Option<T>> {
-    first_row(con, sql, |row| {
-        row.get_opt::<T, usize>(0)
-            .transpose()
-            .map_err(|e| mysql::Error::FromValueError(e.0))
-    })
-    .map(Option::flatten)
-}
-
-/// Runs `sql` (possibly several statements) and returns the first row of the first result set
-/// that has one.
-fn last_row<T: mysql::prelude::FromRow>(con: &mut Conn, sql: &str) -> mysql::Result<Option<T>> {
-    first_row(con, sql, |row| {
-        mysql::from_row_opt(row).map_err(|e| mysql::Error::FromRowError(e.0))
-    })
-}
-
-/// The first row of `sql`'s result sets, converted; every later row is read and dropped (the
-/// connection must be drained), within [`HARD_LIMIT`].
-fn first_row<T>(
-    con: &mut Conn,
-    sql: &str,
-    convert: impl Fn(mysql::Row) -> mysql::Result<T>,
-) -> mysql::Result<Option<T>> {
-    let _stop = HardStop::arm(HARD_LIMIT, "mysql");
-    let mut result = con.query_iter(sql)?;
-    let mut value = None;
-    while let Some(set) = result.iter() {
-        for row in set {
-            let row = row?;
-            if value.is_none() {
-                value = Some(convert(row)?);
-            }
-        }
-    }
-    Ok(value)
-}
-
-fn hex(s: &str) -> String {
-    s.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
 impl MysqlBackend {
     /// `urls` empty: `mysql://root@127.0.0.1:3306/dlock`; one URL: that server.
     pub(crate) fn open(urls: &[String]) -> anyhow::Result<MysqlBackend> {
@@ -236,8 +195,13 @@ impl MysqlBackend {
         };
         let url = url.replacen("mariadb://", "mysql://", 1);
         let (url, ssl) = split_tls_params(&url)?;
-        let mut opts: Opts = Opts::from_url(&url)
-            .map_err(|e| Usage(format!("bad mysql URL '{}': {e}", redact(&url))))?;
+        let mut opts: Opts = Opts::from_url(&url).map_err(|e| {
+            Usage(format!(
+                "bad mysql URL '{}': {}",
+                redact(&url),
+                url_text(&e)
+            ))
+        })?;
         if let Some(ssl) = ssl {
             // As for Redis: rustls needs a crypto provider; an error means one is installed.
             let _ = rustls::crypto::ring::default_provider().install_default();
@@ -276,8 +240,8 @@ impl MysqlBackend {
         let con = Conn::new(opts).map_err(|e| match e {
             mysql::Error::IoError(_) | mysql::Error::DriverError(_) => self
                 .reach
-                .transport_error(format!("cannot connect to {}: {e}", self.addr)),
-            e => Unavailable(format!("cannot connect to {}: {e}", self.addr)).into(),
+                .transport_error(format!("cannot connect to {}: {}", self.addr, err_text(&e))),
+            e => Unavailable(format!("cannot connect to {}: {}", self.addr, err_text(&e))).into(),
         })?;
         self.reach.connected();
         Ok(con)
@@ -290,9 +254,10 @@ impl MysqlBackend {
             mysql::Error::IoError(_)
             | mysql::Error::CodecError(_)
             | mysql::Error::DriverError(_) => {
-                self.reach.transport_error(format!("{}: {e}", self.addr))
+                self.reach
+                    .transport_error(format!("{}: {}", self.addr, err_text(&e)))
             }
-            e => Unavailable(format!("{}: {e}", self.addr)).into(),
+            e => Unavailable(format!("{}: {}", self.addr, err_text(&e))).into(),
         }
     }
 
@@ -314,7 +279,7 @@ impl MysqlBackend {
         conflict: &str,
         reader: Option<&Reader>,
     ) -> anyhow::Result<(u64, Option<Holder>, u64)> {
-        let meta = serde_json::to_string(holder)?;
+        let meta = rows::record_text(holder)?;
         // Text protocol: the values are hex literals, so nothing needs escaping.
         let seed = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)";
         let upsert = "ON DUPLICATE KEY UPDATE fence = fence + 1, holder = VALUES(holder), \
@@ -355,14 +320,15 @@ impl MysqlBackend {
                 m = hex(&meta)
             )
         };
-        let mut result = last_row::<(u64, Option<String>, i64)>(con, &sql);
+        let mut result = last_row::<(u64, Option<Vec<u8>>, i64)>(con, &sql);
         if let Err(mysql::Error::MySqlError(e)) = &result {
             if e.code == 1146 {
                 // Table missing: create it once, then retry.
                 con.query_drop(CREATE_TABLE).map_err(|e| {
                     anyhow::anyhow!(
-                        "cannot create table {TABLE} on {} ({e}); create it as an administrator, see README",
-                        self.addr
+                        "cannot create table {TABLE} on {} ({}); create it as an administrator, see README",
+                        self.addr,
+                        err_text(&e)
                     )
                 })?;
                 result = last_row(con, &sql);
@@ -383,104 +349,16 @@ impl MysqlBackend {
             .map_err(|e| self.fail(e))
             .context("cannot record the holder")?
             .context("the fencing counter vanished")?;
-        let conflict = conflict.map(|m| serde_json::from_str(&m).unwrap_or_default());
+        let conflict = conflict.map(|m| parse_record(&m).unwrap_or_default());
         // A clock stepped back since the start reads as a server just started.
         Ok((fence, conflict, u64::try_from(uptime).unwrap_or(0)))
-    }
-
-    /// (fence, metadata, connection id) of each live holder of a semaphore's slots.
-    fn slot_holders(&self, con: &mut Conn, prefix: &str) -> Vec<(u64, String, u64)> {
-        // At most 32 slots: the LIMIT, and `take` for a server that ignores it.
-        let _stop = HardStop::arm(HARD_LIMIT, "mysql");
-        let Ok(mut result) = con.query_iter(format!(
-            "SELECT fence, holder, connection_id FROM {TABLE} WHERE name LIKE '{prefix}%' \
-             AND name <> '{prefix}' AND IS_USED_LOCK(name) = connection_id ORDER BY fence LIMIT 64"
-        )) else {
-            return Vec::new();
-        };
-        let Some(rows) = result.iter() else {
-            return Vec::new();
-        };
-        rows.take(64)
-            .filter_map(|r| r.ok().and_then(|r| mysql::from_row_opt(r).ok()))
-            .collect()
-    }
-
-    fn holder_row(&self, con: &mut Conn, name: &str) -> Option<(u64, String, u64)> {
-        con.exec_first(
-            format!("SELECT fence, holder, connection_id FROM {TABLE} WHERE name = ?"),
-            (name,),
-        )
-        .ok()
-        .flatten()
-    }
-
-    /// Who holds lock `name` now, best effort: dlock's record if the holding connection wrote
-    /// it, else an application's `GET_LOCK` (with the host it connected from, where the
-    /// process list shows it). `None`: free, or unknown.
-    fn holder_now(&self, con: &mut Conn, name: &str) -> Option<Holder> {
-        let id: u64 = con
-            .exec_first("SELECT IS_USED_LOCK(?)", (name,))
-            .ok()
-            .flatten()
-            .flatten()?;
-        Some(self.holder_of(con, name, id))
-    }
-
-    /// The holder of lock `name`, held by connection `id`.
-    fn holder_of(&self, con: &mut Conn, name: &str, id: u64) -> Holder {
-        if let Some((fence, meta, conn)) = self.holder_row(con, name) {
-            if conn == id {
-                let mut h: Holder = serde_json::from_str(&meta).unwrap_or_default();
-                h.fencing_token = Some(fence);
-                h.session = Some(format!("connection {id}"));
-                return h;
-            }
-        }
-        let host: Option<String> = con
-            .exec_first(
-                "SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = ?",
-                (id,),
-            )
-            .ok()
-            .flatten();
-        Holder {
-            foreign: Some("GET_LOCK by an application".into()),
-            session: Some(format!("connection {id}")),
-            host,
-            ..Holder::default()
-        }
     }
 }
 
 impl Backend for MysqlBackend {
-    /// The locks held now, from `dlock_locks` (a `dlock:KEY` name is its key; a hashed one or
-    /// a semaphore slot names its key in the holder record).
+    /// The locks held now, from `dlock_locks` (see `status.rs`).
     fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
-        let mut con = self.connect(COMMAND_TIMEOUT)?;
-        let _stop = HardStop::arm(HARD_LIMIT, "mysql");
-        let rows = match con.query_iter(format!(
-            "SELECT name, holder FROM {TABLE} WHERE IS_USED_LOCK(name) IS NOT NULL LIMIT {}",
-            super::MAX_LISTED
-        )) {
-            Ok(mut result) => match result.iter() {
-                Some(set) => set
-                    .take(super::MAX_LISTED)
-                    .filter_map(|r| r.ok().and_then(|r| mysql::from_row_opt(r).ok()))
-                    .collect::<Vec<(String, String)>>(),
-                None => Vec::new(),
-            },
-            Err(mysql::Error::MySqlError(e)) if e.code == 1146 => Vec::new(), // no table yet
-            Err(e) => return Err(self.fail(e)),
-        };
-        Ok(rows
-            .into_iter()
-            .filter_map(|(name, holder)| {
-                let plain = name.strip_prefix("dlock:").map(str::to_string);
-                let recorded = || serde_json::from_str::<Holder>(&holder).ok()?.key;
-                Key::new(&plain.or_else(recorded)?).ok()
-            })
-            .collect())
+        self.list_locks()
     }
 
     fn kind(&self) -> BackendKind {
@@ -513,68 +391,7 @@ impl Backend for MysqlBackend {
     }
 
     fn status(&self, key: &Key) -> anyhow::Result<Status> {
-        let name = lock_name(key);
-        let mut con = self.connect(COMMAND_TIMEOUT)?;
-        let holder_id: Option<u64> = con
-            .exec_first("SELECT IS_USED_LOCK(?)", (&name,))
-            .map_err(|e| self.fail(e))?
-            .flatten();
-        // Waiters are the sessions blocked in GET_LOCK on this name (visible to the same user, or
-        // to all with the PROCESS privilege).
-        let pattern = format!("%GET_LOCK(X'{}'%", hex(&name));
-        let waiters: Option<u64> = con
-            .exec_first(
-                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND ID <> CONNECTION_ID()",
-                (&pattern,),
-            )
-            .ok()
-            .flatten();
-        let location = format!("{} (lock name {name})", self.addr);
-        let mut status = Status {
-            held: holder_id.is_some(),
-            waiters,
-            server_name: Some(name.clone()),
-            ..Status::new(key, self.kind(), location)
-        };
-        // A semaphore's slot holders or the shared holders, and the one waiter at the front
-        // (waiting on every slot, or for the shared holders to leave).
-        let prefix = slot_prefix(key);
-        let mut shared = false;
-        for (fence, meta, id) in self.slot_holders(&mut con, &prefix) {
-            let mut h: Holder = serde_json::from_str(&meta).unwrap_or_default();
-            h.fencing_token = Some(fence);
-            status.limit = h.mode.and_then(Mode::limit);
-            shared |= h.mode == Some(Mode::Shared);
-            let what = if shared { "shared lock" } else { "slot" };
-            status.notes.push(format!("{what} held by connection {id}"));
-            status.holders.push(h);
-            status.held = true;
-        }
-        if let Some(id) = holder_id {
-            let h = self.holder_of(&mut con, &name, id);
-            if shared && h.foreign.is_none() {
-                // An exclusive run holds the key's name while the shared holders leave.
-                status.notes.push(format!(
-                    "connection {id} (exclusive) waits for the shared holders to leave"
-                ));
-            } else {
-                status.notes.push(format!("held by connection {id}"));
-                status.holders.insert(0, h);
-            }
-        }
-        let count = |con: &mut Conn, name: &str| -> u64 {
-            con.exec_first(
-                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND ID <> CONNECTION_ID()",
-                (format!("%GET_LOCK(X'{}%", hex(name)),),
-            )
-            .ok()
-            .flatten()
-            .unwrap_or(0)
-        };
-        let queued = count(&mut con, &format!("{prefix}gate"));
-        let at_front = u64::from(count(&mut con, &prefix) > queued);
-        status.waiters = status.waiters.map(|w| w + queued + at_front);
-        Ok(status)
+        self.status_of(key)
     }
 
     fn purge(&self, key: &Key) -> anyhow::Result<()> {
@@ -588,26 +405,7 @@ impl Backend for MysqlBackend {
     }
 
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
-        let status = self.status(key)?;
-        let name = lock_name(key);
-        let mut con = self.connect(COMMAND_TIMEOUT)?;
-        let holder_id: Option<u64> = con
-            .exec_first("SELECT IS_USED_LOCK(?)", (&name,))
-            .map_err(|e| self.fail(e))?
-            .flatten();
-        let slot_ids = self
-            .slot_holders(&mut con, &slot_prefix(key))
-            .into_iter()
-            .map(|(_, _, id)| id);
-        for id in holder_id.into_iter().chain(slot_ids) {
-            con.query_drop(format!("KILL {id}")).map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot kill connection {id} that holds the lock ({e}); \
-                     this needs the CONNECTION_ADMIN (or SUPER) privilege, or the holder's user"
-                )
-            })?;
-        }
-        Ok(status)
+        self.break_holders(key)
     }
 }
 
@@ -667,10 +465,10 @@ impl MysqlBackend {
         busy: impl Fn(&mut Conn) -> anyhow::Error,
     ) -> anyhow::Error {
         let conflict = conflict_sql(req.key, req.mode);
-        let theirs: Option<String> = last_value(con, &format!("SELECT {conflict}"))
+        let theirs: Option<Vec<u8>> = last_value(con, &format!("SELECT {conflict}"))
             .ok()
             .flatten();
-        match theirs.and_then(|m| serde_json::from_str::<Holder>(&m).ok()) {
+        match theirs.and_then(|m| parse_record(&m)) {
             Some(h) if h.foreign.is_some() => req.busy(Some(&h)),
             Some(h) => mismatch(req, &h),
             None => busy(con),
@@ -852,8 +650,9 @@ impl Lease for MysqlLease {
                 // released the lock, and reconnecting cannot get it back.
                 self.con = None;
                 Err(RenewError::Lost(format!(
-                    "{}: the lock's connection failed: {e}",
-                    self.addr
+                    "{}: the lock's connection failed: {}",
+                    self.addr,
+                    err_text(&e)
                 )))
             }
         }

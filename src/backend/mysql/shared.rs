@@ -5,7 +5,8 @@
 use mysql::Conn;
 use mysql::prelude::Queryable;
 
-use super::{MysqlBackend, TABLE, hex, last_row, last_value, lock_name, max_slice, slot_prefix};
+use super::rows::{hex, last_row, last_value, parse_record};
+use super::{MysqlBackend, TABLE, lock_name, max_slice, slot_prefix};
 use crate::backend::{Holder, Lease, Request};
 use crate::clock::BootInstant;
 use crate::config::Key;
@@ -69,12 +70,12 @@ impl MysqlBackend {
         loop {
             let asked = BootInstant::now();
             let Some((name, meta)) =
-                last_row::<(String, String)>(con, &live).map_err(|e| self.fail(e))?
+                last_row::<(String, Vec<u8>)>(con, &live).map_err(|e| self.fail(e))?
             else {
                 return Ok(asked);
             };
             if req.waited_out() {
-                let holder = serde_json::from_str::<Holder>(&meta).ok();
+                let holder = parse_record(&meta);
                 return Err(req.busy(holder.as_ref()));
             }
             let longest = max_slice(req.ttl);

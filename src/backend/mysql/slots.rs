@@ -7,11 +7,9 @@ use std::time::Duration;
 use mysql::Conn;
 use mysql::prelude::Queryable;
 
-use super::{
-    COMMAND_TIMEOUT, MAX_SLICE, MysqlBackend, hex, last_value, max_slice, slot_prefix,
-    wait_timeout_secs,
-};
-use crate::backend::{Deadline, Holder, Lease, Request};
+use super::rows::{hex, last_value, parse_record};
+use super::{COMMAND_TIMEOUT, MAX_SLICE, MysqlBackend, max_slice, slot_prefix, wait_timeout_secs};
+use crate::backend::{Deadline, Lease, Request};
 use crate::clock::BootInstant;
 use crate::exit::Interrupted;
 
@@ -69,7 +67,7 @@ impl MysqlBackend {
             let busy = |con: &mut Conn| {
                 let holder = self
                     .holder_row(con, &slots[0])
-                    .and_then(|(_, h, _)| serde_json::from_str::<Holder>(&h).ok());
+                    .and_then(|(_, h, _)| parse_record(&h));
                 req.busy(holder.as_ref())
             };
             if req.deadline == Deadline::Now {

@@ -22,7 +22,9 @@
 //! - A standby is refused (its advisory locks are its own); a server up for less than the TTL
 //!   holds the lock back ([`super::hold_back_until`], from `pg_postmaster_start_time()`).
 
+mod rows;
 mod slots;
+mod status;
 mod stream;
 mod url;
 
@@ -33,7 +35,10 @@ use anyhow::Context;
 use sha2::{Digest, Sha256};
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, NoTls};
+
+use self::rows::cell;
 
 use super::{Backend, Holder, Lease, LossNotifier, Mode, Reach, RenewError, Request, Status};
 use crate::clock::BootInstant;
@@ -207,25 +212,6 @@ impl PgBackend {
         Ok(Session { client, ended })
     }
 
-    /// Runs `sql` (one or more statements, text protocol) within `limit`; returns the rows of
-    /// every statement, as text.
-    async fn simple(
-        &self,
-        client: &Client,
-        sql: &str,
-        limit: Duration,
-        doing: &str,
-    ) -> anyhow::Result<Vec<Vec<Option<String>>>> {
-        match tokio::time::timeout(limit, client.simple_query(sql)).await {
-            Ok(Ok(messages)) => Ok(rows(messages)),
-            Ok(Err(e)) => Err(self.fail(doing, e)),
-            Err(_) => Err(self.reach.transport_error(format!(
-                "{}: cannot {doing}: no answer within {limit:?}",
-                self.addr()
-            ))),
-        }
-    }
-
     /// Records the holder of `held` (the key's own id, or a semaphore slot's) and bumps the
     /// key's fence, creating the tables if missing. Returns the fence, the server's uptime in
     /// seconds, and the key's other holder records, live or not (for the mode check, which
@@ -240,23 +226,27 @@ impl PgBackend {
     ) -> anyhow::Result<(u64, u64, Vec<(i32, Holder)>)> {
         let id = advisory_id(key);
         let meta = serde_json::to_string(holder)?;
-        let k = literal(key.as_str());
+        // The key and the record are bind parameters: nothing from the user is SQL text.
         let sql = format!(
             "WITH f AS (INSERT INTO dlock_fences (id, fence) \
                VALUES ({id}, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) \
                ON CONFLICT (id) DO UPDATE SET fence = greatest(dlock_fences.fence + 1, EXCLUDED.fence) \
                RETURNING fence), \
              h AS (INSERT INTO dlock_holders (pid, id, key, fence, holder) \
-               SELECT pg_backend_pid(), {held}, {k}, f.fence, {m} FROM f \
+               SELECT pg_backend_pid(), {held}, $1, f.fence, $2 FROM f \
                ON CONFLICT (pid) DO UPDATE SET id = EXCLUDED.id, key = EXCLUDED.key, \
                fence = EXCLUDED.fence, holder = EXCLUDED.holder) \
              SELECT fence, floor(extract(epoch FROM now() - pg_postmaster_start_time()))::bigint, \
-               (SELECT json_agg(json_build_array(o.pid, o.holder))::text FROM dlock_holders o \
-                 WHERE o.key = {k} AND o.pid <> pg_backend_pid()) FROM f",
-            m = literal(&meta),
+               (SELECT json_agg(json_build_array(o.pid, {holder}))::text FROM \
+                 (SELECT pid, holder FROM dlock_holders WHERE key = $1 \
+                   AND pid <> pg_backend_pid() LIMIT {most}) o) FROM f",
+            holder = rows::capped("o.holder"),
+            most = 2 * slots::MAX_LIMIT,
         );
+        let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
+            [(&key.as_str(), Type::TEXT), (&meta, Type::TEXT)];
         let mut result = self
-            .simple(client, &sql, COMMAND_TIMEOUT, "record the holder")
+            .typed(client, &sql, &params, COMMAND_TIMEOUT, "record the holder")
             .await;
         if let Err(e) = &result {
             if e.to_string().contains(UNDEFINED_TABLE) {
@@ -282,7 +272,7 @@ impl PgBackend {
                     }
                 }
                 result = self
-                    .simple(client, &sql, COMMAND_TIMEOUT, "record the holder")
+                    .typed(client, &sql, &params, COMMAND_TIMEOUT, "record the holder")
                     .await;
             }
         }
@@ -302,35 +292,6 @@ impl PgBackend {
             .filter_map(|(pid, h)| Some((pid, serde_json::from_str(&h).ok()?)))
             .collect();
         Ok((fence, u64::try_from(uptime).unwrap_or(0), others))
-    }
-
-    /// The backend pids that hold `key`'s lock or one of its semaphore slots now.
-    async fn live(&self, client: &Client, key: &Key) -> anyhow::Result<Vec<i32>> {
-        let sql = format!(
-            "SELECT DISTINCT pid FROM pg_locks WHERE granted AND {}",
-            advisory_on("", &held_ids(key))
-        );
-        let rows = self
-            .simple(client, &sql, COMMAND_TIMEOUT, "read pg_locks")
-            .await?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| cell(r, 0)?.parse().ok())
-            .collect())
-    }
-
-    /// The first recorded holder of `id` that holds it now, for the waiting line.
-    async fn current_holder(&self, client: &Client, id: i64) -> Option<Holder> {
-        let sql = format!(
-            "SELECT h.holder FROM dlock_holders h JOIN pg_locks l ON l.pid = h.pid \
-             WHERE h.id = {id} AND l.granted AND {} LIMIT 1",
-            advisory_on("l.", &[id])
-        );
-        let rows = self
-            .simple(client, &sql, COMMAND_TIMEOUT, "read the holder")
-            .await
-            .ok()?;
-        serde_json::from_str(cell(rows.first()?, 0)?).ok()
     }
 
     /// The first round trip of a lock's session: its lease setting, the standby check, and
@@ -383,8 +344,16 @@ impl PgBackend {
         let got = self
             .first_try(s, req, &format!("pg_try_advisory_lock{shared}({id})"))
             .await?;
-        if got == "t" {
-            return Ok(());
+        match got.as_str() {
+            "t" => return Ok(()),
+            "f" => {}
+            _ => {
+                return Err(Unavailable(format!(
+                    "{}: the server's answer to the lock request is not a boolean",
+                    self.addr()
+                ))
+                .into());
+            }
         }
         if req.waited_out() {
             let holder = self.current_holder(&s.client, id).await;
@@ -409,6 +378,11 @@ impl PgBackend {
                 }
                 Err(e) => Err(self.fail("wait for the lock", e)),
             },
+            _ = slots::overdue(req) => {
+                // The server did not end the wait at lock_timeout: end it from here.
+                self.cancel(cancel).await;
+                Err(req.busy(None))
+            }
             _ = notify.notified() => {
                 // The session is closed by the caller, which releases anything granted.
                 self.cancel(cancel).await;
@@ -419,28 +393,6 @@ impl PgBackend {
 }
 
 use super::ttl_secs_up as ttl_secs;
-
-/// A string literal for SQL (standard strings: only `'` needs doubling).
-fn literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
-
-/// The rows of a simple query's result sets, as text cells.
-fn rows(messages: Vec<SimpleQueryMessage>) -> Vec<Vec<Option<String>>> {
-    messages
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => {
-                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-fn cell(row: &[Option<String>], i: usize) -> Option<&str> {
-    row.get(i).and_then(|c| c.as_deref())
-}
 
 /// An error in words: a server error's message and code, or a transport error with its cause
 /// (tokio-postgres's own text is only the kind: "error communicating with the server").
@@ -608,109 +560,6 @@ impl Backend for PgBackend {
     }
 }
 
-impl PgBackend {
-    async fn status_on(&self, client: &Client, key: &Key) -> anyhow::Result<Status> {
-        let id = advisory_id(key);
-        let sql = format!(
-            "SELECT l.pid, l.mode, l.granted, coalesce(host(a.client_addr), 'local'), \
-             a.application_name, floor(extract(epoch FROM a.backend_start) * 1000)::bigint \
-             FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
-             WHERE {} ORDER BY l.granted DESC, l.pid",
-            advisory_on("l.", &[id])
-        );
-        let locks = self
-            .simple(client, &sql, COMMAND_TIMEOUT, "read pg_locks")
-            .await?;
-        let records: Vec<Vec<Option<String>>> = self
-            .simple(
-                client,
-                &format!("SELECT pid, fence, holder FROM dlock_holders WHERE id = {id}"),
-                COMMAND_TIMEOUT,
-                "read the holder records",
-            )
-            .await
-            .unwrap_or_default();
-        let mut status = Status::new(
-            key,
-            self.kind(),
-            format!("{} (advisory key {id})", self.addr()),
-        );
-        status.server_name = Some(id.to_string());
-        let mut waiters = 0;
-        let mut shared = false;
-        for row in &locks {
-            let pid = cell(row, 0).unwrap_or("?");
-            if cell(row, 2) != Some("t") {
-                waiters += 1;
-                continue;
-            }
-            shared |= cell(row, 1) == Some("ShareLock");
-            let record = records.iter().find(|r| cell(r, 0) == Some(pid));
-            let mut h: Holder = record
-                .and_then(|r| serde_json::from_str(cell(r, 2)?).ok())
-                .unwrap_or_default();
-            if let Some(fence) = record.and_then(|r| cell(r, 1)?.parse().ok()) {
-                h.fencing_token = Some(fence);
-            }
-            h.session = Some(format!("backend pid {pid}"));
-            if record.is_none() {
-                // Not dlock: an application's pg_advisory_lock(<id>).
-                h.host = cell(row, 3).map(str::to_string);
-                h.since_ms = cell(row, 5).and_then(|v| v.parse().ok());
-                status.notes.push(format!(
-                    "backend pid {pid} ({}) holds it without a dlock record",
-                    cell(row, 4).unwrap_or("")
-                ));
-            }
-            status.holders.push(h);
-        }
-        // A semaphore's slot holders, and who queues for its slots.
-        let gate = slots::slot_id(key, 0);
-        let mut queue_ids = held_ids(key);
-        queue_ids[0] = gate; // the gate and the slots; the key's own lock's waiters are above
-        let sql = format!(
-            "SELECT o.pid, o.fence, o.holder FROM dlock_holders o JOIN pg_locks l ON l.pid = o.pid \
-               AND l.granted AND l.locktype = 'advisory' AND l.objsubid = 1 AND {l_id} = o.id \
-             WHERE o.key = {k} AND o.id <> {id} ORDER BY o.fence LIMIT {max}; \
-             SELECT count(*) FILTER (WHERE {a} = {gate}) + least(1, count(*) FILTER (WHERE {a} <> {gate})) \
-               FROM pg_locks WHERE NOT granted AND {queued}",
-            l_id = locked_id("l."),
-            a = locked_id(""),
-            k = literal(key.as_str()),
-            max = slots::MAX_LIMIT,
-            queued = advisory_on("", &queue_ids),
-        );
-        // (The one at the front of a semaphore's queue waits on every slot, one connection
-        // each: it counts once.)
-        if let Ok(rows) = self
-            .simple(client, &sql, COMMAND_TIMEOUT, "read the semaphore")
-            .await
-        {
-            let (count, slot_rows) = rows
-                .split_last()
-                .map_or((None, &[][..]), |(c, r)| (Some(c), r));
-            for row in slot_rows {
-                let mut h: Holder = cell(row, 2)
-                    .and_then(|m| serde_json::from_str(m).ok())
-                    .unwrap_or_default();
-                h.fencing_token = cell(row, 1).and_then(|v| v.parse().ok());
-                h.session = cell(row, 0).map(|p| format!("backend pid {p}"));
-                status.limit = h.mode.and_then(Mode::limit);
-                status.holders.push(h);
-            }
-            waiters += count
-                .and_then(|c| cell(c, 0)?.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-        status.held = !status.holders.is_empty();
-        if shared {
-            status.mode = Some(Mode::Shared.name());
-        }
-        status.waiters = Some(waiters);
-        Ok(status)
-    }
-}
-
 /// `application_name` for a lock's session: "dlock KEY", cut to the 63 bytes the server keeps.
 fn application_name(key: &Key) -> String {
     let mut name: String = format!("dlock {key}")
@@ -768,13 +617,15 @@ impl Lease for PgLease {
             tokio::time::timeout(limit, s.client.simple_query(&self.check)).await
         });
         match result {
-            Ok(Ok(messages)) => match rows(messages).first().and_then(|r| cell(r, 0)) {
-                Some("1") => Ok(()),
-                _ => Err(RenewError::Lost(format!(
-                    "{}: the session no longer holds the lock",
-                    self.addr
-                ))),
-            },
+            Ok(Ok(messages)) => {
+                match rows::simple_rows(messages).first().and_then(|r| cell(r, 0)) {
+                    Some("1") => Ok(()),
+                    _ => Err(RenewError::Lost(format!(
+                        "{}: the session no longer holds the lock",
+                        self.addr
+                    ))),
+                }
+            }
             Ok(Err(e)) if e.is_closed() || e.as_db_error().is_some() => Err(RenewError::Lost(
                 format!("{}: the session ended: {}", self.addr, db_text(&e)),
             )),

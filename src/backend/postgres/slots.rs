@@ -75,12 +75,16 @@ impl PgBackend {
         let cancel = s.client.cancel_token();
         let rows = tokio::select! {
             r = s.client.simple_query(&queue) => match r {
-                Ok(m) => super::rows(m),
+                Ok(m) => super::rows::simple_rows(m),
                 Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
                     return Err(req.busy(None));
                 }
                 Err(e) => return Err(self.fail("queue for a slot", e)),
             },
+            _ = overdue(req) => {
+                self.cancel(cancel).await;
+                return Err(req.busy(None));
+            }
             _ = notify.notified() => {
                 self.cancel(cancel).await;
                 return Err(interrupted(req));
@@ -131,6 +135,7 @@ impl PgBackend {
         });
         let first = tokio::select! {
             r = first => r,
+            _ = overdue(req) => Some(Err(req.busy(None))),
             _ = notify.notified() => None,
         };
         drop(waits); // closes every other waiting connection...
@@ -166,6 +171,19 @@ impl PgBackend {
                 .map_err(std::io::Error::other)
         })
         .await;
+    }
+}
+
+/// How much longer than `--wait` the client gives the server's own `lock_timeout` to end a
+/// wait before it ends the wait itself (a cancel request, then exit 75).
+const DEADLINE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Resolves once `req`'s deadline and [`DEADLINE_GRACE`] have passed (never, without one): a
+/// server that never answers the waiting statement must not hold dlock past `--wait`.
+pub(super) async fn overdue(req: &Request<'_>) {
+    match req.deadline.remaining() {
+        Some(d) => tokio::time::sleep(d + DEADLINE_GRACE).await,
+        None => std::future::pending().await,
     }
 }
 

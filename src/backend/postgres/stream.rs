@@ -16,6 +16,15 @@ use tokio::net::{TcpStream, UnixStream};
 /// The largest server message accepted. dlock's replies are a few rows.
 pub(super) const MAX_MESSAGE: u32 = 4 << 20;
 
+/// The most data rows one statement may return before its end (`ReadyForQuery`): a lock's
+/// statements return a handful (a status one row per waiter). A server that streams more is
+/// refused, as a too-large message is, instead of being held in memory.
+pub(super) const MAX_ROWS: u32 = 10_000;
+
+/// The most bytes the server may send between two `ReadyForQuery` messages (one request's
+/// reply, or the startup); above [`MAX_MESSAGE`], so one whole message always fits.
+pub(super) const MAX_REPLY: u64 = 8 << 20;
+
 /// TCP or a Unix socket.
 pub(super) enum Socket {
     Tcp(TcpStream),
@@ -91,6 +100,9 @@ pub(super) struct Checked {
     have: usize,
     /// Body bytes of the current message still to come.
     left: u64,
+    /// Data rows and bytes received since the last `ReadyForQuery`.
+    rows: u32,
+    bytes: u64,
 }
 
 impl Checked {
@@ -100,6 +112,8 @@ impl Checked {
             header: [0; 5],
             have: 0,
             left: 0,
+            rows: 0,
+            bytes: 0,
         }
     }
 
@@ -132,6 +146,22 @@ impl Checked {
                     ));
                 }
                 self.left = u64::from(len - 4);
+                match self.header[0] {
+                    b'Z' => (self.rows, self.bytes) = (0, 0),
+                    b'D' => self.rows = self.rows.saturating_add(1),
+                    _ => {}
+                }
+                self.bytes = self.bytes.saturating_add(u64::from(len) + 1);
+                if self.rows > MAX_ROWS || self.bytes > MAX_REPLY {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "the server sent more than {MAX_ROWS} rows or {} MiB in reply to one \
+                             request",
+                            MAX_REPLY >> 20
+                        ),
+                    ));
+                }
             }
         }
         Ok(())
@@ -196,6 +226,20 @@ mod tests {
             follow(&[b"Z\0\0\0\x03"]).is_err(),
             "a length below 4 is malformed"
         );
+    }
+
+    #[test]
+    fn endless_replies_are_refused_and_ready_for_query_resets_the_count() {
+        let row: &[u8] = b"D\0\0\0\x06\0\0";
+        let ready: &[u8] = b"Z\0\0\0\x05I";
+        let mut rows = vec![row; MAX_ROWS as usize];
+        assert!(follow(&rows).is_ok());
+        rows.push(row);
+        assert!(follow(&rows).is_err(), "one row too many");
+        let mut rows = vec![row; MAX_ROWS as usize];
+        rows.push(ready);
+        rows.extend(vec![row; MAX_ROWS as usize]);
+        assert!(follow(&rows).is_ok(), "counted per reply");
     }
 }
 

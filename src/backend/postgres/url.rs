@@ -62,25 +62,15 @@ impl PgConfig {
         };
         // The parser splits at the first '@' anywhere: a raw '@' in a password (or in a
         // `password=` value) leaves part of it in the host, user or database name, and so in
-        // messages. Names with URL syntax in them are refused instead.
-        let tcp_host = match &target {
-            Target::Tcp(h) => h.as_str(),
-            Target::Unix(_) => "",
-        };
-        let names = [
-            tcp_host,
-            config.get_user().unwrap_or_default(),
-            config.get_dbname().unwrap_or_default(),
-        ];
-        if names
-            .iter()
-            .any(|n| n.contains(['@', '/', '?', '#', '&', '=', ' ']))
-        {
-            return Err(bad(
-                "'@', '/', '?', '#', '&', '=' or a space in a user name, password, host or \
-                 database must be %-escaped"
-                    .into(),
-            ));
+        // messages. URL syntax left raw in a name is refused; %-escaped, it is the name's own
+        // (a role `sec@srv` is `sec%40srv`), so this looks at the URL as written.
+        if let Some(why) = raw_syntax(&rest) {
+            return Err(bad(why));
+        }
+        if let Target::Tcp(h) = &target {
+            if h.contains(['@', '/', '?', '#', '&', '=', ' ']) {
+                return Err(bad(RAW_SYNTAX.into()));
+            }
         }
         let port = config.get_ports().first().copied().unwrap_or(5432);
         let addr = format!("{host}:{port}/{}", config.get_dbname().unwrap_or_default());
@@ -108,6 +98,25 @@ impl PgConfig {
             addr,
         })
     }
+}
+
+const RAW_SYNTAX: &str = "'@', '/', '?', '#', '&', '=' or a space in a user name, password, \
+     host or database must be %-escaped";
+
+/// Why `url` (without the TLS parameters) has URL syntax in a place where the parser would
+/// split it wrongly: in the credentials (up to the first '@') the user name holds no '/', '?'
+/// or '#' and the password no '?' or '#'; no second '@' follows; no raw space anywhere.
+fn raw_syntax(url: &str) -> Option<String> {
+    let after = url.split_once("://").map_or(url, |(_, a)| a);
+    if after.contains(' ') {
+        return Some(RAW_SYNTAX.into());
+    }
+    let (credentials, rest) = after.split_once('@')?;
+    let (user, password) = credentials.split_once(':').unwrap_or((credentials, ""));
+    if user.contains(['/', '?', '#']) || password.contains(['?', '#']) || rest.contains('@') {
+        return Some(RAW_SYNTAX.into());
+    }
+    None
 }
 
 /// Takes libpq's `sslmode` and `sslrootcert` out of the URL's query (tokio-postgres knows only
@@ -233,5 +242,22 @@ mod tests {
             panic!("a bad port parsed");
         };
         assert!(!e.0.contains("s3cr3t"), "{}", e.0);
+    }
+
+    #[test]
+    fn escaped_syntax_in_names_is_the_names_own() {
+        let c = PgConfig::parse("postgres://sec%40srv:p%2Fw@h/d%3Fb").unwrap();
+        assert_eq!(c.config.get_user(), Some("sec@srv"));
+        assert_eq!(c.config.get_dbname(), Some("d?b"));
+        for raw in [
+            "postgres://u:p@ss@h/db",
+            "postgres://h/db?password=a@b",
+            "postgres://u:p w@h/db",
+        ] {
+            let Err(e) = PgConfig::parse(raw) else {
+                panic!("{raw} parsed");
+            };
+            assert!(e.0.contains("%-escaped"), "{raw}: {}", e.0);
+        }
     }
 }
