@@ -6,16 +6,24 @@
 //! ([`Busy`](crate::exit::Busy), [`Interrupted`](crate::exit::Interrupted)). A lease is then owned
 //! by the keeper thread, which renews it and reports its loss.
 
+// Each network backend is a Cargo feature (Cargo.toml); the file backend is always built.
+#[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod file;
 pub(crate) mod hosts;
 #[cfg(test)]
 pub(crate) mod memory;
+#[cfg(feature = "mysql")]
 pub(crate) mod mysql;
+#[cfg(any(feature = "redis", feature = "etcd"))]
 pub(crate) mod net;
+#[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+#[cfg(feature = "redis")]
 pub(crate) mod redis;
+#[cfg(feature = "redis")]
 pub(crate) mod redlock;
+#[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 
 use std::time::{Duration, Instant};
@@ -513,17 +521,31 @@ impl Reach {
 pub(crate) type LossNotifier = Box<dyn Fn(String) + Send + Sync>;
 
 /// Opens the backend a target names. Parses the backend's URL: a bad one is a [`Usage`](crate::exit::Usage) error.
+/// A backend left out of this build (its Cargo feature off) is a usage error naming the feature.
 pub(crate) fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
     match target.kind {
         BackendKind::File => Ok(Box::new(file::FileBackend::open(&target.urls)?)),
+        #[cfg(feature = "redis")]
         BackendKind::Redis if target.urls.len() > 1 => {
             Ok(Box::new(redlock::Redlock::open(&target.urls)?))
         }
+        #[cfg(feature = "redis")]
         BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(&target.urls)?)),
+        #[cfg(feature = "mysql")]
         BackendKind::Mysql => Ok(Box::new(mysql::MysqlBackend::open(&target.urls)?)),
+        #[cfg(feature = "postgres")]
         BackendKind::Postgres => Ok(Box::new(postgres::PgBackend::open(&target.urls)?)),
+        #[cfg(feature = "zookeeper")]
         BackendKind::Zookeeper => Ok(Box::new(zookeeper::ZkBackend::open(&target.urls)?)),
+        #[cfg(feature = "etcd")]
         BackendKind::Etcd => Ok(Box::new(etcd::EtcdBackend::open(&target.urls)?)),
+        #[allow(unreachable_patterns)]
+        missing => Err(crate::exit::Usage(format!(
+            "this dlock was built without the {} backend: build it with `--features {}`",
+            missing.name(),
+            missing.name()
+        ))
+        .into()),
     }
 }
 
@@ -544,6 +566,7 @@ pub(crate) fn escape_key(key: &Key) -> String {
 
 /// The async runtime of a backend whose client crate is async (ZooKeeper, PostgreSQL): one
 /// worker thread, made on first use and kept in `cell`; `name` names its threads and errors.
+#[cfg(any(feature = "zookeeper", feature = "postgres"))]
 pub(crate) fn async_runtime(
     cell: &std::sync::OnceLock<std::sync::Arc<tokio::runtime::Runtime>>,
     name: &str,
@@ -563,6 +586,7 @@ pub(crate) fn async_runtime(
 
 /// The system's trusted CA certificates (`SSL_CERT_FILE`/`SSL_CERT_DIR` honoured), for the
 /// backends that do TLS with rustls themselves (Redis, PostgreSQL).
+#[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
 pub(crate) fn system_roots() -> rustls::RootCertStore {
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_native_certs::load_native_certs().certs {
