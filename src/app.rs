@@ -8,12 +8,13 @@ use std::time::Instant;
 
 use clap::Parser;
 
-use crate::backend::{self, Deadline, Holder, Mode};
+use crate::backend;
 use crate::cli::{Cli, Command};
 use crate::config::{KeyConfig, RunConfig, Wait};
 use crate::exit::{self, Usage};
 use crate::keeper::{Keeper, deadline_after};
 use crate::lockset;
+use crate::model::{Deadline, Holder, Mode};
 use crate::report;
 use crate::signals;
 use crate::supervise::{self, Ending, LeaseClock};
@@ -53,7 +54,7 @@ fn exit_code() -> u8 {
                 Err(e) => usage(&e),
             },
             None => match crate::config::Target::from_args(&a.backend) {
-                Ok(target) => list(&target, crate::config::Verbosity::from(&a.output), a.json),
+                Ok(target) => list(&target, crate::model::Verbosity::from(&a.output), a.json),
                 Err(e) => usage(&e),
             },
         },
@@ -199,7 +200,7 @@ fn run(cfg: &RunConfig) -> u8 {
     };
     // The keeper's thread starts when the first renewal is due: nothing but the fork is on the
     // path from acquiring to running the command, and a short command needs no thread at all.
-    let mut keeper = Keeper::new(lease, supervise::Events(events));
+    let mut keeper = Keeper::new(lease, crate::events::Events(events));
     if let Some(pid) = child.pid() {
         report::verbose(format_args!("started pid {pid}"));
     }
@@ -403,7 +404,7 @@ fn status(cfg: &KeyConfig, json: bool) -> u8 {
 }
 
 /// `dlock status` without `--key`: every lock held or waited for, as a table or a JSON array.
-fn list(target: &crate::config::Target, verbosity: crate::config::Verbosity, json: bool) -> u8 {
+fn list(target: &crate::config::Target, verbosity: crate::model::Verbosity, json: bool) -> u8 {
     report::set_verbosity(verbosity);
     let name = target.kind.name();
     let found = backend::open(target).and_then(|b| {
@@ -445,7 +446,7 @@ fn break_lock(cfg: &KeyConfig) -> u8 {
     let result = backend::open(&cfg.target).and_then(|b| b.break_lock(&cfg.key));
     match result {
         Ok(s) => {
-            if cfg.verbosity > crate::config::Verbosity::Quiet {
+            if cfg.verbosity > crate::model::Verbosity::Quiet {
                 let _ = std::io::stdout()
                     .lock()
                     .write_all(report::broke_text(&s).as_bytes());

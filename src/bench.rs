@@ -19,9 +19,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::backend::{self, Deadline, Holder, Mode, Request, hostname};
-use crate::config::{Amount, BenchConfig, Key};
+use crate::backend::{self, Request, hostname};
+use crate::config::{Amount, BenchConfig};
 use crate::exit;
+use crate::model::Key;
+use crate::model::{Deadline, Holder, Mode};
 use crate::report;
 use crate::signals::{self, Interrupt, Woken};
 
@@ -241,7 +243,7 @@ fn watch(
     what: &str,
 ) {
     let tty = !cfg.json
-        && cfg.verbosity > crate::config::Verbosity::Quiet
+        && cfg.verbosity > crate::model::Verbosity::Quiet
         && std::io::stderr().is_terminal();
     let started = Instant::now();
     while !worker.is_finished() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 
-use crate::config::BackendKind;
+use crate::model::BackendKind;
 
 /// The largest `--limit`.
 pub(crate) const MAX_LIMIT: u32 = 256;

@@ -3,166 +3,16 @@
 //! below it has to validate user input again (backends still parse their own URL forms).
 
 use std::ffi::OsString;
-use std::fmt;
 use std::time::Duration;
 
-use crate::backend::Mode;
 use crate::cli;
 use crate::exit::Usage;
+use crate::model::{BackendKind, Key, Mode, Verbosity};
 
-/// Longest key, in bytes (docs/design.md, "The contract").
-pub(crate) const MAX_KEY_BYTES: usize = 256;
 /// Shortest `--ttl`: renewing every ttl/3 must leave time for a round trip.
 pub(crate) const MIN_TTL: Duration = Duration::from_millis(300);
 /// Longest `--ttl` and `--kill-grace`: beyond a week they are typos, and servers cap them anyway.
 pub(crate) const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// A lock's name: 1-256 bytes of UTF-8 without control characters. Backends must map every such
-/// key to a safe name of their own (`/`, `..`, spaces and unicode included).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Key(String);
-
-impl Key {
-    /// Checks the key rules: 1-256 bytes of UTF-8 without control characters.
-    pub fn new(s: &str) -> Result<Key, Usage> {
-        if s.is_empty() {
-            return Err(Usage("--key must not be empty".into()));
-        }
-        if s.len() > MAX_KEY_BYTES {
-            return Err(Usage(format!(
-                "--key is {} bytes long; the limit is {MAX_KEY_BYTES}",
-                s.len()
-            )));
-        }
-        if let Some(c) = s.chars().find(|c| c.is_control()) {
-            return Err(Usage(format!(
-                "--key must not contain control characters (found {c:?})"
-            )));
-        }
-        Ok(Key(s.to_string()))
-    }
-
-    /// The key as given.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// The backends dlock knows, as named on the command line (`--backend`, `DLOCK_BACKEND`). Every
-/// list of backends or URL schemes shown to a user is made from this enum (see
-/// [`BackendKind::prose`] and [`BackendKind::schemes`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum BackendKind {
-    /// flock(2) on a lock file on this host
-    File,
-    /// Redis (single instance, Redlock with --url given 3, 5, ... times, Cluster, Sentinel)
-    Redis,
-    /// ZooKeeper (ephemeral sequential nodes)
-    #[value(alias = "zk")]
-    Zookeeper,
-    /// MySQL or MariaDB (GET_LOCK)
-    Mysql,
-    /// PostgreSQL (session advisory locks)
-    #[value(alias = "pg")]
-    Postgres,
-    /// etcd (the lock recipe of etcdctl lock)
-    Etcd,
-}
-
-impl BackendKind {
-    /// Every backend, in the order help texts name them.
-    pub(crate) fn all() -> &'static [BackendKind] {
-        <BackendKind as clap::ValueEnum>::value_variants()
-    }
-
-    /// The name used on the command line, in messages and in `DLOCK_BACKEND` for the child.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            BackendKind::File => "file",
-            BackendKind::Redis => "redis",
-            BackendKind::Zookeeper => "zookeeper",
-            BackendKind::Mysql => "mysql",
-            BackendKind::Postgres => "postgres",
-            BackendKind::Etcd => "etcd",
-        }
-    }
-
-    /// What the backend is called in prose.
-    pub(crate) fn title(self) -> &'static str {
-        match self {
-            BackendKind::File => "a local file",
-            BackendKind::Redis => "Redis",
-            BackendKind::Zookeeper => "ZooKeeper",
-            BackendKind::Mysql => "MySQL/MariaDB",
-            BackendKind::Postgres => "PostgreSQL",
-            BackendKind::Etcd => "etcd",
-        }
-    }
-
-    /// The URL schemes that name the backend, the usual one first.
-    pub(crate) fn schemes(self) -> &'static [&'static str] {
-        match self {
-            BackendKind::File => &["file"],
-            BackendKind::Redis => &[
-                "redis",
-                "rediss",
-                "redis+unix",
-                "unix",
-                "redis-sentinel",
-                "rediss-sentinel",
-            ],
-            BackendKind::Zookeeper => &["zk", "zookeeper"],
-            BackendKind::Mysql => &["mysql", "mariadb"],
-            BackendKind::Postgres => &["postgres", "postgresql"],
-            BackendKind::Etcd => &["etcd", "etcds"],
-        }
-    }
-
-    /// The backend a URL scheme names, if any.
-    fn from_scheme(scheme: &str) -> Option<BackendKind> {
-        let scheme = scheme.to_ascii_lowercase();
-        BackendKind::all()
-            .iter()
-            .copied()
-            .find(|k| k.schemes().contains(&scheme.as_str()))
-    }
-
-    /// Every backend in a sentence, `what` after the default one: "a local file (the default),
-    /// Redis, ZooKeeper, ... or etcd".
-    pub(crate) fn prose(what: &str) -> String {
-        let names: Vec<String> = BackendKind::all()
-            .iter()
-            .map(|k| match k {
-                BackendKind::File => format!("{}{what}", k.title()),
-                _ => k.title().to_string(),
-            })
-            .collect();
-        match names.split_last() {
-            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
-            _ => names.concat(),
-        }
-    }
-
-    /// Every URL scheme, for an error message: "file://, redis://, ...".
-    fn all_schemes() -> String {
-        let schemes: Vec<String> = BackendKind::all()
-            .iter()
-            .flat_map(|k| k.schemes())
-            .map(|s| match *s {
-                // No authority part.
-                "unix" => "unix:".to_string(),
-                s => format!("{s}://"),
-            })
-            .collect();
-        schemes.join(", ")
-    }
-}
 
 /// Which backend, and where. URLs may hold credentials: print them only through [`redact`].
 #[derive(Clone, Debug)]
@@ -226,17 +76,6 @@ pub(crate) enum Wait {
     For(Duration),
     /// Wait until acquired or interrupted (the default).
     Forever,
-}
-
-/// How chatty dlock is on stderr.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Verbosity {
-    /// Errors only (`-q`).
-    Quiet,
-    /// Errors, warnings and the waiting line on a terminal.
-    Normal,
-    /// Also acquire/renew/release events with timings (`-v`).
-    Verbose,
 }
 
 impl From<&cli::OutputArgs> for Verbosity {

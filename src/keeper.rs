@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use crate::backend::{Lease, RenewError};
 use crate::clock::{BootInstant, drift_margin};
+use crate::events::{Event, Events};
 use crate::report;
-use crate::supervise::{Event, Events};
 
 /// The longest the keeper sleeps before looking at `CLOCK_BOOTTIME` again: a sleep is measured
 /// on the monotonic clock, which stops during suspend, so after a resume a long sleep would
@@ -163,8 +163,9 @@ mod tests {
 
     use super::*;
     use crate::backend::memory::Memory;
-    use crate::backend::{Backend, Deadline, Holder, Request};
-    use crate::config::Key;
+    use crate::backend::{Backend, Request};
+    use crate::model::Key;
+    use crate::model::{Deadline, Holder};
     use crate::signals::Interrupt;
 
     fn take(mem: &Memory, key: &str, ttl: Duration) -> Box<dyn Lease> {
@@ -172,7 +173,7 @@ mod tests {
         let interrupt = Interrupt::new();
         mem.acquire(&Request {
             key: &key,
-            mode: crate::backend::Mode::Exclusive,
+            mode: crate::model::Mode::Exclusive,
             ttl,
             deadline: Deadline::Now,
             holder: &Holder::default(),

@@ -32,11 +32,13 @@ mod bench;
 mod cli;
 mod clock;
 mod config;
+mod events;
 mod exit;
 mod generate;
 mod guard;
 mod keeper;
 mod lockset;
+mod model;
 mod report;
 mod signals;
 mod supervise;
@@ -56,10 +58,11 @@ pub mod internals {
     pub use crate::backend::mysql::slot_prefix as mysql_slot_prefix;
     pub use crate::backend::{Lease, RenewError};
     pub use crate::clock::BootInstant;
-    pub use crate::config::Key;
+    pub use crate::events::Events;
     pub use crate::generate::all_files;
     pub use crate::guard::resume_if_asked as resume_guardian_if_asked;
     pub use crate::keeper::{Keeper, deadline_after};
+    pub use crate::model::Key;
     pub use crate::signals::block as block_signals;
-    pub use crate::supervise::{Ending, Events, LeaseClock, Reaper, spawn, supervise};
+    pub use crate::supervise::{Ending, LeaseClock, Reaper, spawn, supervise};
 }

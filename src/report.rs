@@ -10,8 +10,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Holder, Status};
-use crate::config::Verbosity;
+use crate::model::Verbosity;
+use crate::model::{Holder, Status};
 
 static LEVEL: AtomicU8 = AtomicU8::new(1);
 
@@ -452,9 +452,9 @@ mod tests {
                 lease_left_ms: b.2,
                 session: b.3,
                 mode: c.0.map(|n| match n {
-                    0 => crate::backend::Mode::Exclusive,
-                    1 => crate::backend::Mode::Shared,
-                    n => crate::backend::Mode::Limit(n),
+                    0 => crate::model::Mode::Exclusive,
+                    1 => crate::model::Mode::Shared,
+                    n => crate::model::Mode::Limit(n),
                 }),
                 foreign: c.1,
                 node: c.2,
@@ -470,8 +470,8 @@ mod tests {
             queue in proptest::collection::vec(any_holder(), 0..3),
             waiters: Option<u64>,
         ) {
-            let key = crate::config::Key::new("k").unwrap();
-            let mut s = Status::new(&key, crate::config::BackendKind::Redis, "h:1".into());
+            let key = crate::model::Key::new("k").unwrap();
+            let mut s = Status::new(&key, crate::model::BackendKind::Redis, "h:1".into());
             s.held = !holders.is_empty();
             s.holders = holders;
             s.queue = queue;
@@ -526,8 +526,8 @@ mod tests {
             held: true,
             holders: vec![h],
             ..Status::new(
-                &crate::config::Key::new("k").unwrap(),
-                crate::config::BackendKind::Redis,
+                &crate::model::Key::new("k").unwrap(),
+                crate::model::BackendKind::Redis,
                 "here".into(),
             )
         };

@@ -11,10 +11,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::{Backend, Holder, Lease, RenewError, Request, Status};
+use super::{Backend, Lease, RenewError, Request};
 use crate::clock::BootInstant;
-use crate::config::{BackendKind, Key};
 use crate::exit::{Interrupted, Unavailable};
+use crate::model::{BackendKind, Key};
+use crate::model::{Holder, Status};
 
 /// One in-memory lock server; clones share it.
 #[derive(Clone, Default)]

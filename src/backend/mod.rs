@@ -23,86 +23,22 @@ pub(crate) mod postgres;
 pub(crate) mod redis;
 #[cfg(feature = "redis")]
 pub(crate) mod redlock;
+mod support;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde::Serialize;
-
+#[cfg(any(feature = "zookeeper", feature = "postgres"))]
+pub(crate) use self::support::async_runtime;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
+pub(crate) use self::support::system_roots;
+pub(crate) use self::support::{escape_key, hostname, percent_decode, unescape_key};
 use crate::clock::BootInstant;
-use crate::config::{BackendKind, Key, Target};
+use crate::config::Target;
 use crate::exit::Busy;
+use crate::model::{BackendKind, Deadline, Holder, Key, Mode, Status};
 use crate::signals::Interrupt;
-
-/// When to stop waiting for a busy lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Deadline {
-    /// Try once.
-    Now,
-    /// Wait until this instant.
-    At(Instant),
-    /// Wait until acquired or interrupted.
-    Never,
-}
-
-impl Deadline {
-    /// Time left, `None` for [`Deadline::Never`].
-    pub(crate) fn remaining(self) -> Option<Duration> {
-        match self {
-            Deadline::Now => Some(Duration::ZERO),
-            Deadline::At(t) => Some(t.saturating_duration_since(Instant::now())),
-            Deadline::Never => None,
-        }
-    }
-}
-
-/// How a lock is held: one exclusive holder, many shared holders (readers; an exclusive holder
-/// is the writer), or up to N holders of a semaphore. `--limit 1` is [`Mode::Exclusive`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Mode {
-    /// One holder; waits for every shared holder, and new shared holders wait for it.
-    Exclusive,
-    /// Many shared holders at once, none while an exclusive holder holds or waits.
-    Shared,
-    /// Up to this many holders (at least 2) at once.
-    Limit(u32),
-}
-
-impl Mode {
-    /// "exclusive", "shared" or "limit".
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Mode::Exclusive => "exclusive",
-            Mode::Shared => "shared",
-            Mode::Limit(_) => "limit",
-        }
-    }
-
-    /// The semaphore's size, `None` for the other modes.
-    pub(crate) fn limit(self) -> Option<u32> {
-        match self {
-            Mode::Limit(n) => Some(n),
-            _ => None,
-        }
-    }
-
-    /// How the mode reads in messages: "exclusive", "shared", "--limit 3".
-    pub(crate) fn describe(self) -> String {
-        match self {
-            Mode::Limit(n) => format!("--limit {n}"),
-            m => m.name().to_string(),
-        }
-    }
-
-    /// Whether a holder in this mode may let a nested run use the lock as `want`: an exclusive
-    /// holder covers everything, a shared one covers shared, a semaphore slot covers a slot of
-    /// the same semaphore.
-    pub(crate) fn covers(self, want: Mode) -> bool {
-        self == Mode::Exclusive || self == want
-    }
-}
 
 /// Holders of one key that disagree on the mode (`--limit 3` against `--limit 5`, or a
 /// semaphore against an exclusive lock): reported, never mixed. Exit 2.
@@ -112,53 +48,6 @@ pub(crate) fn mode_mismatch(key: &Key, want: Mode, theirs: &str) -> anyhow::Erro
         want.describe()
     ))
     .into()
-}
-
-/// Who holds (or held) a lock, as far as a backend knows. Stored beside the lock on acquisition
-/// (docs/design.md, "Holder records") and read back by `status` and by waiters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub(crate) struct Holder {
-    /// The key this record belongs to: lets `dlock status` without `--key` name a lock stored
-    /// under a hashed name (a long key's file, a MySQL lock name).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub key: Option<String>,
-    /// Host name of the holder.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    /// Process id of the holding dlock.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    /// The PID namespace `pid` is in (see [`crate::sys::pid_namespace`]): what ties a nested
-    /// run's claim to this holder (lockset/nested.rs).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pidns: Option<u64>,
-    /// The command it runs, arguments joined by spaces.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub command: Option<String>,
-    /// When the lock was acquired, in milliseconds since the Unix epoch.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub since_ms: Option<u64>,
-    /// The fencing token handed to the command.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fencing_token: Option<u64>,
-    /// Lease time left on the server, in milliseconds; absent where the lease does not expire.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lease_left_ms: Option<u64>,
-    /// The server-side session or connection that holds (or waits), where the backend has one
-    /// ("0x1000004e2a90003" for a ZooKeeper session).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
-    /// How it holds (or waits for) the lock; absent in metadata written before modes existed,
-    /// which means exclusive.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mode: Option<Mode>,
-    /// Set when the holder (or waiter) is not dlock but an application's own lock on the same
-    /// name: what the server shows of it ("kazoo Lock", "GET_LOCK"). Never written by dlock.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub foreign: Option<String>,
-    /// The server's name for this holder's entry, where it has one (a ZooKeeper lock node).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
 }
 
 impl Holder {
@@ -214,76 +103,6 @@ impl Holder {
             .duration_since(std::time::UNIX_EPOCH)
             .ok()?;
         Some(now.saturating_sub(Duration::from_millis(self.since_ms?)))
-    }
-}
-
-/// What `dlock status` reports, and what `dlock break` removed.
-#[derive(Clone, Debug, Serialize)]
-pub(crate) struct Status {
-    /// The key asked about.
-    pub key: String,
-    /// The backend's name.
-    pub backend: &'static str,
-    /// Where the lock lives (credentials removed).
-    pub location: String,
-    /// The name the server knows the lock by, for an application that takes the same lock:
-    /// the lock file's path, the Redis key, the ZooKeeper path, the `GET_LOCK` name, the
-    /// PostgreSQL advisory key.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub server_name: Option<String>,
-    /// Whether anyone holds the lock now.
-    pub held: bool,
-    /// How the holders hold it: "exclusive", "shared" or "limit" (absent when free).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mode: Option<&'static str>,
-    /// The semaphore's size, for mode "limit".
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u32>,
-    /// Every current holder (one for an exclusive lock).
-    pub holders: Vec<Holder>,
-    /// How many wait, where the backend can tell.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub waiters: Option<u64>,
-    /// The waiters in the order they will get the lock, where the backend keeps a queue.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub queue: Vec<Holder>,
-    /// Backend-specific remarks (e.g. why there is no fencing token).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub notes: Vec<String>,
-}
-
-impl Status {
-    /// Nobody holds `key` (and nothing else is known yet): backends fill in what they learn.
-    pub(crate) fn new(key: &Key, backend: BackendKind, location: String) -> Status {
-        Status {
-            key: key.to_string(),
-            backend: backend.name(),
-            location,
-            server_name: None,
-            held: false,
-            mode: None,
-            limit: None,
-            holders: Vec::new(),
-            waiters: None,
-            queue: Vec::new(),
-            notes: Vec::new(),
-        }
-    }
-}
-
-impl Status {
-    /// Fills in `mode` and `limit` from the holders' metadata, where the backend did not.
-    pub(crate) fn with_mode(mut self) -> Status {
-        if self.held && self.mode.is_none() {
-            let mode = self
-                .holders
-                .iter()
-                .find_map(|h| h.mode)
-                .unwrap_or(Mode::Exclusive);
-            self.mode = Some(mode.name());
-            self.limit = self.limit.or(mode.limit());
-        }
-        self
     }
 }
 
@@ -547,81 +366,6 @@ pub(crate) fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
         ))
         .into()),
     }
-}
-
-/// A key as one path segment (a file name, a znode name): bytes outside `[A-Za-z0-9_.-]` become
-/// `%XX`, and so does a leading dot, so no name is hidden, `.` or `..`. Distinct keys get distinct
-/// segments, and `%` never stands for itself.
-pub(crate) fn escape_key(key: &Key) -> String {
-    let mut name = String::new();
-    for (i, &b) in key.as_str().as_bytes().iter().enumerate() {
-        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0) {
-            name.push(b as char);
-        } else {
-            name.push_str(&format!("%{b:02X}"));
-        }
-    }
-    name
-}
-
-/// The async runtime of a backend whose client crate is async (ZooKeeper, PostgreSQL): one
-/// worker thread, made on first use and kept in `cell`; `name` names its threads and errors.
-#[cfg(any(feature = "zookeeper", feature = "postgres"))]
-pub(crate) fn async_runtime(
-    cell: &std::sync::OnceLock<std::sync::Arc<tokio::runtime::Runtime>>,
-    name: &str,
-) -> anyhow::Result<std::sync::Arc<tokio::runtime::Runtime>> {
-    if let Some(rt) = cell.get() {
-        return Ok(rt.clone());
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .max_blocking_threads(1)
-        .thread_name(format!("dlock-{name}"))
-        .enable_all()
-        .build()
-        .map_err(|e| anyhow::anyhow!("cannot start the {name} client's runtime: {e}"))?;
-    Ok(cell.get_or_init(|| std::sync::Arc::new(rt)).clone())
-}
-
-/// The system's trusted CA certificates (`SSL_CERT_FILE`/`SSL_CERT_DIR` honoured), for the
-/// backends that do TLS with rustls themselves (Redis, PostgreSQL).
-#[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
-pub(crate) fn system_roots() -> rustls::RootCertStore {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
-    }
-    roots
-}
-
-/// The key an [`escape_key`]d name stands for, if it is one.
-pub(crate) fn unescape_key(name: &str) -> Option<Key> {
-    let bytes = percent_decode(name)?;
-    Key::new(std::str::from_utf8(&bytes).ok()?).ok()
-}
-
-/// Decodes `%XX` escapes (as in a URL's path or credentials); `None` for a malformed escape.
-pub(crate) fn percent_decode(s: &str) -> Option<Vec<u8>> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    Some(out)
-}
-
-/// This host's name, or "localhost" if it has none.
-pub(crate) fn hostname() -> String {
-    crate::sys::hostname()
 }
 
 #[cfg(test)]

@@ -17,10 +17,11 @@ use super::redis::Connection;
 use super::redis::{
     COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, acquire_script, release_script, script, token,
 };
-use super::{Backend, Holder, Lease, Mode, RenewError, Request, Status};
+use super::{Backend, Lease, RenewError, Request};
 use crate::clock::{BootInstant, drift_margin};
-use crate::config::{BackendKind, Key};
 use crate::exit::{Interrupted, Unavailable, Usage};
+use crate::model::{BackendKind, Key};
+use crate::model::{Holder, Mode, Status};
 
 /// Why there is no fencing token, for `status`.
 const NO_FENCING: &str = "Redlock hands out no fencing token: independent masters cannot agree \

@@ -18,12 +18,11 @@ mod nested;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{
-    Backend, Deadline, Holder, Lease, LossNotifier, Mode, RenewError, Request, hostname,
-};
+use crate::backend::{Backend, Lease, LossNotifier, RenewError, Request, hostname};
 use crate::clock::BootInstant;
-use crate::config::Key;
 use crate::exit::{Busy, Interrupted, Usage};
+use crate::model::Key;
+use crate::model::{Deadline, Holder, Mode};
 use crate::report::{self, WaitingLine};
 
 pub(crate) use self::nested::{Claim, HELD_ENV};

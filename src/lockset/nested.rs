@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{Backend, Lease, Mode, RenewError, hostname};
+use crate::backend::{Backend, Lease, RenewError, hostname};
 use crate::clock::BootInstant;
-use crate::config::Key;
+use crate::model::Key;
+use crate::model::Mode;
 use crate::report;
 
 /// The variable a run exports its locks in, for nested runs.

@@ -25,10 +25,12 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use self::http::{Client, Endpoints, Error, b64, int, prefix_end, unb64};
-use super::{Backend, Deadline, Holder, Lease, Mode, Reach, RenewError, Request, Status};
+use super::{Backend, Lease, Reach, RenewError, Request};
 use crate::clock::BootInstant;
-use crate::config::{BackendKind, Key, redact};
+use crate::config::redact;
 use crate::exit::{Interrupted, Unavailable, Usage};
+use crate::model::{BackendKind, Key};
+use crate::model::{Deadline, Holder, Mode, Status};
 
 const DEFAULT_URL: &str = "etcd://127.0.0.1:2379";
 /// Where dlock's locks live: `dlock/KEY/`.

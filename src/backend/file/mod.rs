@@ -34,10 +34,11 @@ use self::paths::{
 use self::proc_locks::proc_locks;
 use self::slots::take_slot;
 use self::wait::{Blocked, LockOp, blocking_lock, try_flock, try_gate, unlock_gate};
-use super::{Backend, Deadline, Holder, Lease, Mode, RenewError, Request, Status};
+use super::{Backend, Lease, RenewError, Request};
 use crate::clock::BootInstant;
-use crate::config::{BackendKind, Key};
 use crate::exit::{Interrupted, Usage};
+use crate::model::{BackendKind, Key};
+use crate::model::{Deadline, Holder, Mode, Status};
 
 /// How often a holder checks that its lock file was not removed (`dlock break`).
 const CHECK_EVERY: Duration = Duration::from_millis(500);

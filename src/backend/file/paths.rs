@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 
-use crate::config::Key;
 use crate::exit::Usage;
+use crate::model::Key;
 use crate::sys;
 
 /// Escaped names longer than this are shortened and made unique with a hash.

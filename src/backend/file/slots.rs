@@ -12,8 +12,9 @@ use anyhow::Context;
 use super::paths::{open_existing, open_lock_file};
 use super::wait::{Blocked, try_flock};
 use super::{LockData, read_data};
-use crate::backend::{Deadline, Request};
+use crate::backend::Request;
 use crate::exit::Interrupted;
+use crate::model::Deadline;
 use crate::signals::Interrupt;
 use crate::sys::{self, Inotify};
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::backend::Deadline;
+use crate::model::Deadline;
 use crate::signals::Interrupt;
 use crate::sys::{self, Thread};
 

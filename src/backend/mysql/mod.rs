@@ -41,10 +41,12 @@ use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder};
 use sha2::{Digest, Sha256};
 
-use super::{Backend, Holder, Lease, Mode, Reach, RenewError, Request, Status};
+use super::{Backend, Lease, Reach, RenewError, Request};
 use crate::clock::BootInstant;
-use crate::config::{BackendKind, Key, redact};
+use crate::config::redact;
 use crate::exit::{Interrupted, Unavailable, Usage};
+use crate::model::{BackendKind, Key};
+use crate::model::{Holder, Mode, Status};
 use crate::signals::HardStop;
 
 use self::rows::{err_text, hex, last_row, last_value, parse_record, url_text};

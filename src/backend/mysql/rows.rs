@@ -10,7 +10,7 @@
 use mysql::prelude::Queryable;
 use mysql::{Conn, Params};
 
-use crate::backend::Holder;
+use crate::model::Holder;
 use crate::signals::HardStop;
 
 /// Runs `sql` (possibly several statements) and returns the first column of the first row of

@@ -7,10 +7,11 @@ use mysql::prelude::Queryable;
 
 use super::rows::{hex, last_row, last_value, parse_record};
 use super::{MysqlBackend, TABLE, lock_name, max_slice, slot_prefix};
-use crate::backend::{Holder, Lease, Request};
+use crate::backend::{Lease, Request};
 use crate::clock::BootInstant;
-use crate::config::Key;
 use crate::exit::Unavailable;
+use crate::model::Holder;
+use crate::model::Key;
 
 /// SQL `LIKE` pattern: the record of a shared holder.
 pub(super) const SHARED_RECORD: &str = "%\"mode\":\"shared\"%";

@@ -9,9 +9,10 @@ use mysql::prelude::Queryable;
 
 use super::rows::{hex, last_value, parse_record};
 use super::{COMMAND_TIMEOUT, MAX_SLICE, MysqlBackend, max_slice, slot_prefix, wait_timeout_secs};
-use crate::backend::{Deadline, Lease, Request};
+use crate::backend::{Lease, Request};
 use crate::clock::BootInstant;
 use crate::exit::Interrupted;
+use crate::model::Deadline;
 
 /// SQL: take the first free of `slots` without waiting: its 1-based index, or 0.
 fn any_slot_sql(slots: &[String]) -> String {

@@ -40,10 +40,11 @@ use tokio_postgres::{Client, NoTls};
 
 use self::rows::cell;
 
-use super::{Backend, Holder, Lease, LossNotifier, Mode, Reach, RenewError, Request, Status};
+use super::{Backend, Lease, LossNotifier, Reach, RenewError, Request};
 use crate::clock::BootInstant;
-use crate::config::{BackendKind, Key};
 use crate::exit::{Interrupted, Unavailable};
+use crate::model::{BackendKind, Key};
+use crate::model::{Holder, Mode, Status};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);

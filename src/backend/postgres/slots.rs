@@ -18,8 +18,8 @@ use tokio_postgres::NoTls;
 
 use super::{COMMAND_TIMEOUT, PgBackend, Session, cell, ttl_secs};
 use crate::backend::Request;
-use crate::config::Key;
 use crate::exit::Interrupted;
+use crate::model::Key;
 
 /// The largest N: the front waiter holds one connection per slot.
 pub(super) const MAX_LIMIT: u32 = 64;

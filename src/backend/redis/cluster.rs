@@ -2,7 +2,7 @@
 
 use super::Connection;
 use super::names::untag;
-use crate::config::Key;
+use crate::model::Key;
 
 /// The lock keys named by `dlock:{KEY}…` Redis keys on `con` (SCAN: the server is never
 /// blocked), at most [`crate::backend::MAX_LISTED`].

@@ -8,8 +8,9 @@ use super::sentinel::is_primary;
 use std::time::Duration;
 
 use super::{Connection, Keys, Node};
-use crate::backend::{Lease, Mode, RenewError};
+use crate::backend::{Lease, RenewError};
 use crate::clock::BootInstant;
+use crate::model::Mode;
 
 /// A held Redis lock.
 pub(super) struct RedisLease {

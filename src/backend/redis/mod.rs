@@ -41,10 +41,11 @@ use self::scripts::{STATUS_SHARED, mismatch, release_for, release_shared_script}
 use self::sentinel::Sentinels;
 use self::waiter::{Waiter, forget_waiter};
 
-use super::{Backend, Holder, Lease, Mode, Reach, Request, Status};
+use super::{Backend, Lease, Reach, Request};
 use crate::clock::BootInstant;
-use crate::config::{BackendKind, Key};
 use crate::exit::{Interrupted, Unavailable, Usage};
+use crate::model::{BackendKind, Key};
+use crate::model::{Holder, Mode, Status};
 
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub(super) const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);

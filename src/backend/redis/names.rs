@@ -1,7 +1,7 @@
 //! The names of a lock's Redis keys: one hash tag per lock, so that a Cluster keeps them in
 //! one slot.
 
-use crate::config::Key;
+use crate::model::Key;
 
 /// The names of one lock's keys.
 pub(in crate::backend) struct Keys {

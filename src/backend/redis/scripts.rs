@@ -5,7 +5,8 @@ use super::SIGNAL_TTL_MS;
 use redis::Script;
 
 use super::Keys;
-use crate::backend::{Mode, Request};
+use crate::backend::Request;
+use crate::model::Mode;
 
 // The scripts live in lua/, one file each, with their KEYS, ARGV and replies described at the
 // top. Each runs atomically in one round trip.

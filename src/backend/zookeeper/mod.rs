@@ -46,10 +46,11 @@ use tokio::runtime::Runtime;
 use tokio::sync::Notify;
 use zookeeper_client::{Acl, Acls, AuthId, Client, CreateMode, CreateSequence, Permission, Stat};
 
-use super::{Backend, Holder, Lease, Mode, Reach, Request, Status, escape_key};
+use super::{Backend, Lease, Reach, Request, escape_key};
 use crate::clock::BootInstant;
-use crate::config::{BackendKind, Key};
 use crate::exit::{Busy, Interrupted, Unavailable, Usage};
+use crate::model::{BackendKind, Key};
+use crate::model::{Holder, Mode, Status};
 
 use self::lease::ZkLease;
 use self::queue::{Kind, blocked_by, compatible, holding, lock_queue, node_kind, uuid_v4};

@@ -11,7 +11,7 @@
 
 use anyhow::Context;
 
-use crate::backend::Mode;
+use crate::model::Mode;
 
 /// What a sequential child of a key's node is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,8 +6,9 @@ use zookeeper_client::{Client, MultiReadResult, Stat};
 use super::queue::{Entry, Kind, Recipe, holding, kind_of, lock_queue};
 use super::session::retried;
 use super::{ZkBackend, ZkError};
-use crate::backend::{Backend, Holder, Mode, Status};
-use crate::config::Key;
+use crate::backend::Backend;
+use crate::model::Key;
+use crate::model::{Holder, Mode, Status};
 
 impl ZkBackend {
     /// The contenders of `key` with their metadata, holder first, and its children that are
