@@ -56,7 +56,7 @@ pub mod internals {
     pub use crate::backend::mysql::lock_name as mysql_lock_name;
     #[cfg(feature = "mysql")]
     pub use crate::backend::mysql::slot_prefix as mysql_slot_prefix;
-    pub use crate::backend::{Lease, RenewError};
+    pub use crate::backend::{Grant, Lease, RenewError};
     pub use crate::clock::BootInstant;
     pub use crate::events::Events;
     pub use crate::generate::all_files;

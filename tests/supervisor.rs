@@ -11,8 +11,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use dlock_cli::internals::{
-    BootInstant, Ending, Events, Keeper, Lease, LeaseClock, Reaper, RenewError, deadline_after,
-    spawn, supervise,
+    BootInstant, Ending, Events, Grant, Keeper, Lease, LeaseClock, Reaper, RenewError,
+    deadline_after, spawn, supervise,
 };
 
 /// A lease whose server never answers.
@@ -22,14 +22,15 @@ struct Unreachable {
 }
 
 impl Lease for Unreachable {
-    fn fencing_token(&self) -> Option<u64> {
-        None
+    fn grant(&self) -> Grant {
+        Grant {
+            fence: None,
+            acquired_at: self.acquired_at,
+            held_back_until: None,
+        }
     }
     fn ttl(&self) -> Option<Duration> {
         Some(self.ttl)
-    }
-    fn acquired_at(&self) -> BootInstant {
-        self.acquired_at
     }
     fn renew(&mut self) -> Result<(), RenewError> {
         Err(RenewError::Failed(anyhow::anyhow!("connection timed out")))

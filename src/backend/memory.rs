@@ -12,6 +12,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{Backend, Lease, RenewError, Request};
+use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::exit::{Interrupted, Unavailable};
 use crate::model::{BackendKind, Key};
@@ -174,10 +175,12 @@ impl Backend for Memory {
                         inner: self.inner.clone(),
                         key: key.to_string(),
                         token,
-                        fence,
+                        grant: Grant {
+                            fence: Some(fence),
+                            acquired_at: sent,
+                            held_back_until: s.hold_back.map(|d| BootInstant::now() + d),
+                        },
                         ttl: req.ttl,
-                        acquired_at: sent,
-                        held_back_until: s.hold_back.map(|d| BootInstant::now() + d),
                     }));
                 }
                 Some(h) => {
@@ -223,27 +226,18 @@ struct MemoryLease {
     inner: Arc<Inner>,
     key: String,
     token: u64,
-    fence: u64,
+    /// The fencing token, when the acquiring request was sent, any hold-back.
+    grant: Grant,
     ttl: Duration,
-    acquired_at: BootInstant,
-    held_back_until: Option<BootInstant>,
 }
 
 impl Lease for MemoryLease {
-    fn fencing_token(&self) -> Option<u64> {
-        Some(self.fence)
+    fn grant(&self) -> Grant {
+        self.grant
     }
 
     fn ttl(&self) -> Option<Duration> {
         Some(self.ttl)
-    }
-
-    fn acquired_at(&self) -> BootInstant {
-        self.acquired_at
-    }
-
-    fn held_back_until(&self) -> Option<BootInstant> {
-        self.held_back_until
     }
 
     fn renew(&mut self) -> Result<(), RenewError> {

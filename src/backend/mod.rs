@@ -259,15 +259,23 @@ pub enum RenewError {
 /// A held lock. Created on the main thread by [`Backend::acquire`], then moved to the keeper
 /// thread, which alone calls `renew` and `release`.
 pub trait Lease: Send {
-    /// The fencing token for the child, `None` where the backend cannot guarantee one.
-    fn fencing_token(&self) -> Option<u64>;
+    /// What the grant said (the same on every backend): the accessors below read it.
+    fn grant(&self) -> Grant;
 
-    /// Lease length on the server, `None` if the lease never expires by itself (a kernel lock
-    /// lives exactly as long as this process).
-    fn ttl(&self) -> Option<Duration>;
+    /// The fencing token for the child, `None` where the backend cannot guarantee one.
+    fn fencing_token(&self) -> Option<u64> {
+        self.grant().fence
+    }
 
     /// When the request that acquired the lock was sent: the lease deadline counts from here.
-    fn acquired_at(&self) -> BootInstant;
+    fn acquired_at(&self) -> BootInstant {
+        self.grant().acquired_at
+    }
+
+    /// Lease length on the server, `None` if the lease never expires by itself (a kernel lock
+    /// lives exactly as long as this process). Each lease's own: it is what its renewals ask
+    /// for (ZooKeeper's is the session timeout the server negotiated).
+    fn ttl(&self) -> Option<Duration>;
 
     /// How often the keeper renews (or, without a TTL, checks) the lease: ttl/3 by default
     /// (docs/design.md, "The lease"), which leaves two more chances before the lease runs out.
@@ -300,8 +308,19 @@ pub trait Lease: Send {
     /// forgotten a holder in a restart ([`hold_back_until`]): the lock is kept, and renewed, but
     /// the command must not start before this instant.
     fn held_back_until(&self) -> Option<BootInstant> {
-        None
+        self.grant().held_back_until
     }
+}
+
+/// What a grant says on every backend, kept by each [`Lease`] and read by its accessors.
+#[derive(Clone, Copy, Debug)]
+pub struct Grant {
+    /// The fencing token for the command, `None` where the backend cannot guarantee one.
+    pub fence: Option<u64>,
+    /// When the request that acquired the lock was sent.
+    pub acquired_at: BootInstant,
+    /// Until when a young server's grant holds the command back ([`hold_back_until`]).
+    pub held_back_until: Option<BootInstant>,
 }
 
 /// Whether this process has reached a backend's server, to tell a failure to connect at all

@@ -13,6 +13,7 @@ use std::time::Duration;
 use redis::Script;
 
 use super::redis::Connection;
+use crate::backend::Grant;
 
 use super::redis::{
     COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, acquire_script, release_script, script, token,
@@ -228,8 +229,11 @@ impl Backend for Redlock {
                     token,
                     ttl: req.ttl,
                     quorum: self.quorum(),
-                    acquired_at: start,
-                    held_back_until,
+                    grant: Grant {
+                        fence: None,
+                        acquired_at: start,
+                        held_back_until,
+                    },
                 }));
             }
             // Not held (or held too late to be useful): give back what was granted.
@@ -385,25 +389,17 @@ struct RedlockLease {
     token: String,
     ttl: Duration,
     quorum: usize,
-    acquired_at: BootInstant,
-    held_back_until: Option<BootInstant>,
+    /// The fencing token, when the acquiring request was sent, any hold-back.
+    grant: Grant,
 }
 
 impl Lease for RedlockLease {
-    fn fencing_token(&self) -> Option<u64> {
-        None
-    }
-
-    fn held_back_until(&self) -> Option<BootInstant> {
-        self.held_back_until
+    fn grant(&self) -> Grant {
+        self.grant
     }
 
     fn ttl(&self) -> Option<Duration> {
         Some(self.ttl)
-    }
-
-    fn acquired_at(&self) -> BootInstant {
-        self.acquired_at
     }
 
     fn renew(&mut self) -> Result<(), RenewError> {

@@ -18,7 +18,7 @@ mod nested;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Backend, Lease, LossNotifier, RenewError, Request, hostname};
+use crate::backend::{Backend, Grant, Lease, LossNotifier, RenewError, Request, hostname};
 use crate::clock::BootInstant;
 use crate::exit::{Busy, Interrupted, Usage};
 use crate::model::Key;
@@ -436,20 +436,23 @@ impl LeaseSet {
 }
 
 impl Lease for LeaseSet {
-    fn fencing_token(&self) -> Option<u64> {
-        self.parts.first().and_then(|(_, l)| l.fencing_token())
+    /// The first key's token; the earliest send time of the parts' last grants or renewals; no
+    /// hold-back (each part's was waited out before the set was made, see [`acquire`]).
+    fn grant(&self) -> Grant {
+        Grant {
+            fence: self.parts.first().and_then(|(_, l)| l.fencing_token()),
+            acquired_at: self
+                .since
+                .iter()
+                .copied()
+                .min()
+                .unwrap_or_else(BootInstant::now),
+            held_back_until: None,
+        }
     }
 
     fn ttl(&self) -> Option<Duration> {
         self.parts.iter().filter_map(|(_, l)| l.ttl()).min()
-    }
-
-    fn acquired_at(&self) -> BootInstant {
-        self.since
-            .iter()
-            .copied()
-            .min()
-            .unwrap_or_else(BootInstant::now)
     }
 
     fn renew_every(&self) -> Duration {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{Backend, Lease, RenewError, hostname};
+use crate::backend::{Backend, Grant, Lease, RenewError, hostname};
 use crate::clock::BootInstant;
 use crate::model::Key;
 use crate::model::Mode;
@@ -123,14 +123,15 @@ impl Inherited {
 }
 
 impl Lease for Inherited {
-    fn fencing_token(&self) -> Option<u64> {
-        self.token
+    fn grant(&self) -> Grant {
+        Grant {
+            fence: self.token,
+            acquired_at: self.since,
+            held_back_until: None,
+        }
     }
     fn ttl(&self) -> Option<Duration> {
         None
-    }
-    fn acquired_at(&self) -> BootInstant {
-        self.since
     }
     fn renew_every(&self) -> Duration {
         ANCESTOR_CHECK

@@ -25,7 +25,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use self::http::{Client, Endpoints, Error, b64, int, prefix_end, unb64};
-use super::{Backend, Lease, Reach, RenewError, Request};
+use super::{Backend, Grant, Lease, Reach, RenewError, Request};
 use crate::clock::BootInstant;
 use crate::config::redact;
 use crate::exit::{Interrupted, Unavailable, Usage};
@@ -637,16 +637,16 @@ struct EtcdLease {
 }
 
 impl Lease for EtcdLease {
-    fn fencing_token(&self) -> Option<u64> {
-        u64::try_from(self.rev).ok()
+    fn grant(&self) -> Grant {
+        Grant {
+            fence: u64::try_from(self.rev).ok(),
+            acquired_at: self.acquired_at,
+            held_back_until: None,
+        }
     }
 
     fn ttl(&self) -> Option<Duration> {
         Some(self.ttl)
-    }
-
-    fn acquired_at(&self) -> BootInstant {
-        self.acquired_at
     }
 
     fn renew(&mut self) -> Result<(), RenewError> {

@@ -35,6 +35,7 @@ use self::proc_locks::proc_locks;
 use self::slots::take_slot;
 use self::wait::{Blocked, LockOp, blocking_lock, try_flock, try_gate, unlock_gate};
 use super::{Backend, Lease, RenewError, Request};
+use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::exit::{Interrupted, Usage};
 use crate::model::{BackendKind, Key};
@@ -112,10 +113,14 @@ impl FileBackend {
             data.limit = None;
             write_data(&file, &data).with_context(|| format!("cannot write {}", path.display()))?;
             return Ok(Box::new(FileLease {
+                grant: Grant {
+                    fence: data.fence,
+                    acquired_at,
+                    held_back_until: None,
+                },
                 file,
                 path,
                 data,
-                acquired_at,
                 slot: None,
             }));
         }
@@ -176,10 +181,14 @@ impl FileBackend {
         write_data(&file, &data).with_context(|| format!("cannot write {}", path.display()))?;
         unlock_gate(&file);
         Ok(Some(Box::new(FileLease {
+            grant: Grant {
+                fence: data.fence,
+                acquired_at,
+                held_back_until: None,
+            },
             file,
             path,
             data,
-            acquired_at,
             slot,
         })))
     }
@@ -327,7 +336,8 @@ struct FileLease {
     file: File,
     path: PathBuf,
     data: LockData,
-    acquired_at: BootInstant,
+    /// The fencing token, when the acquiring request was sent, any hold-back.
+    grant: Grant,
     /// A semaphore's slot file, held `LOCK_EX`.
     slot: Option<(File, PathBuf)>,
 }
@@ -339,16 +349,12 @@ impl FileLease {
 }
 
 impl Lease for FileLease {
-    fn fencing_token(&self) -> Option<u64> {
-        self.data.fence
+    fn grant(&self) -> Grant {
+        self.grant
     }
 
     fn ttl(&self) -> Option<Duration> {
         None
-    }
-
-    fn acquired_at(&self) -> BootInstant {
-        self.acquired_at
     }
 
     fn renew_every(&self) -> Duration {

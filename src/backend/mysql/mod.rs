@@ -42,6 +42,7 @@ use mysql::{Conn, Opts, OptsBuilder};
 use sha2::{Digest, Sha256};
 
 use super::{Backend, Lease, Reach, RenewError, Request};
+use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::config::redact;
 use crate::exit::{Interrupted, Unavailable, Usage};
@@ -453,9 +454,11 @@ impl MysqlBackend {
             intruder: None,
             addr: self.addr.clone(),
             ttl: req.ttl,
-            fence,
-            acquired_at,
-            held_back_until: super::hold_back_until(uptime, req.ttl),
+            grant: Grant {
+                fence: Some(fence),
+                acquired_at,
+                held_back_until: super::hold_back_until(uptime, req.ttl),
+            },
         }))
     }
 
@@ -586,26 +589,17 @@ struct MysqlLease {
     intruder: Option<u64>,
     addr: String,
     ttl: Duration,
-    fence: u64,
-    acquired_at: BootInstant,
-    held_back_until: Option<BootInstant>,
+    /// The fencing token, when the acquiring request was sent, any hold-back.
+    grant: Grant,
 }
 
 impl Lease for MysqlLease {
-    fn fencing_token(&self) -> Option<u64> {
-        Some(self.fence)
-    }
-
-    fn held_back_until(&self) -> Option<BootInstant> {
-        self.held_back_until
+    fn grant(&self) -> Grant {
+        self.grant
     }
 
     fn ttl(&self) -> Option<Duration> {
         Some(self.ttl)
-    }
-
-    fn acquired_at(&self) -> BootInstant {
-        self.acquired_at
     }
 
     fn renew(&mut self) -> Result<(), RenewError> {

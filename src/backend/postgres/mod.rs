@@ -41,6 +41,7 @@ use tokio_postgres::{Client, NoTls};
 use self::rows::cell;
 
 use super::{Backend, Lease, LossNotifier, Reach, RenewError, Request};
+use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::exit::{Interrupted, Unavailable};
 use crate::model::{BackendKind, Key};
@@ -482,9 +483,11 @@ impl Backend for PgBackend {
             rt,
             addr: self.addr().to_string(),
             ttl: req.ttl,
-            fence,
-            acquired_at: sent,
-            held_back_until: super::hold_back_until(uptime, req.ttl),
+            grant: Grant {
+                fence: Some(fence),
+                acquired_at: sent,
+                held_back_until: super::hold_back_until(uptime, req.ttl),
+            },
             releasing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }))
     }
@@ -585,28 +588,19 @@ struct PgLease {
     /// Counts the lock among this session's granted locks (1 while held).
     check: String,
     ttl: Duration,
-    fence: u64,
-    acquired_at: BootInstant,
-    held_back_until: Option<BootInstant>,
+    /// The fencing token, when the acquiring request was sent, any hold-back.
+    grant: Grant,
     /// Set before releasing: the session's end is then expected, not a loss.
     releasing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Lease for PgLease {
-    fn fencing_token(&self) -> Option<u64> {
-        Some(self.fence)
+    fn grant(&self) -> Grant {
+        self.grant
     }
 
     fn ttl(&self) -> Option<Duration> {
         Some(self.ttl)
-    }
-
-    fn acquired_at(&self) -> BootInstant {
-        self.acquired_at
-    }
-
-    fn held_back_until(&self) -> Option<BootInstant> {
-        self.held_back_until
     }
 
     fn renew(&mut self) -> Result<(), RenewError> {

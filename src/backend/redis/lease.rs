@@ -5,11 +5,11 @@ use redis::Script;
 use super::COMMAND_TIMEOUT;
 use super::scripts::{RENEW, RENEW_SHARED, release_for, script};
 use super::sentinel::is_primary;
+use crate::backend::Grant;
 use std::time::Duration;
 
 use super::{Connection, Keys, Node};
 use crate::backend::{Lease, RenewError};
-use crate::clock::BootInstant;
 use crate::model::Mode;
 
 /// A held Redis lock.
@@ -22,9 +22,8 @@ pub(super) struct RedisLease {
     /// Exclusive (the lock key) or shared/semaphore (an entry in `:holders`).
     pub(super) mode: Mode,
     pub(super) ttl: Duration,
-    pub(super) fence: Option<u64>,
-    pub(super) acquired_at: BootInstant,
-    pub(super) held_back_until: Option<BootInstant>,
+    /// The fencing token, when the acquiring request was sent, any hold-back.
+    pub(super) grant: Grant,
 }
 
 impl RedisLease {
@@ -37,20 +36,12 @@ impl RedisLease {
 }
 
 impl Lease for RedisLease {
-    fn fencing_token(&self) -> Option<u64> {
-        self.fence
-    }
-
-    fn held_back_until(&self) -> Option<BootInstant> {
-        self.held_back_until
+    fn grant(&self) -> Grant {
+        self.grant
     }
 
     fn ttl(&self) -> Option<Duration> {
         Some(self.ttl)
-    }
-
-    fn acquired_at(&self) -> BootInstant {
-        self.acquired_at
     }
 
     fn renew(&mut self) -> Result<(), RenewError> {

@@ -42,6 +42,7 @@ use self::sentinel::Sentinels;
 use self::waiter::{Waiter, forget_waiter};
 
 use super::{Backend, Lease, Reach, Request};
+use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::exit::{Interrupted, Unavailable, Usage};
 use crate::model::{BackendKind, Key};
@@ -389,9 +390,11 @@ impl Backend for RedisBackend {
                     token,
                     mode: req.mode,
                     ttl: req.ttl,
-                    fence: u64::try_from(value).ok(),
-                    acquired_at: sent,
-                    held_back_until,
+                    grant: Grant {
+                        fence: u64::try_from(value).ok(),
+                        acquired_at: sent,
+                        held_back_until,
+                    },
                 }));
             }
             if req.waited_out() {

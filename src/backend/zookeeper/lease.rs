@@ -9,8 +9,8 @@ use zookeeper_client::{Client, EventType, SessionState};
 
 use super::queue::{Kind, lock_queue};
 use super::{COMMAND_TIMEOUT, ZkError, close, op};
+use crate::backend::Grant;
 use crate::backend::{Lease, LossNotifier, RenewError};
-use crate::clock::BootInstant;
 
 /// A held lock: our node, kept alive by the session.
 pub(super) struct ZkLease {
@@ -18,25 +18,21 @@ pub(super) struct ZkLease {
     pub(super) client: Option<Client>,
     pub(super) path: String,
     pub(super) session: i64,
-    pub(super) fence: u64,
+    /// The fencing token, when the acquiring request was sent, any hold-back.
+    pub(super) grant: Grant,
     /// The negotiated session timeout.
     pub(super) ttl: Duration,
-    pub(super) acquired_at: BootInstant,
     pub(super) addr: String,
     pub(super) watch: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Lease for ZkLease {
-    fn fencing_token(&self) -> Option<u64> {
-        Some(self.fence)
+    fn grant(&self) -> Grant {
+        self.grant
     }
 
     fn ttl(&self) -> Option<Duration> {
         Some(self.ttl)
-    }
-
-    fn acquired_at(&self) -> BootInstant {
-        self.acquired_at
     }
 
     fn lives_unattended(&self) -> bool {

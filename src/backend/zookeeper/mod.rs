@@ -47,6 +47,7 @@ use tokio::sync::Notify;
 use zookeeper_client::{Acl, Acls, AuthId, Client, CreateMode, CreateSequence, Permission, Stat};
 
 use super::{Backend, Lease, Reach, Request, escape_key};
+use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::exit::{Busy, Interrupted, Unavailable, Usage};
 use crate::model::{BackendKind, Key};
@@ -472,11 +473,14 @@ impl Backend for ZkBackend {
         }
         Ok(Box::new(ZkLease {
             session: client.session_id().0,
-            fence: u64::try_from(ours.stat.czxid).unwrap_or_default(),
+            grant: Grant {
+                fence: Some(u64::try_from(ours.stat.czxid).unwrap_or_default()),
+                acquired_at: sent,
+                held_back_until: None,
+            },
             path: format!("{parent}/{}", ours.name),
             client: Some(client),
             ttl,
-            acquired_at: sent,
             addr: self.addr.clone(),
             watch: None,
             rt,
