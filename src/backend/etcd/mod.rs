@@ -52,9 +52,25 @@ pub(crate) fn lock_prefix(key: &Key) -> Vec<u8> {
     format!("{ROOT}{}/", key.as_str()).into_bytes()
 }
 
+/// `url` for messages: [`redact`]ed, and a user information without `:` hidden too — etcd takes
+/// no user without a password, so that is most likely a password typed alone (`etcd://PW@h`).
+fn shown(url: &str) -> String {
+    let r = redact(url);
+    let start = match r.find("://") {
+        Some(i) => i + 3,
+        None => r.find(':').map_or(0, |i| i + 1),
+    };
+    match r[start..].rfind('@') {
+        Some(at) if !r[start..start + at].contains(':') => {
+            format!("{}***{}", &r[..start], &r[start + at..])
+        }
+        _ => r,
+    }
+}
+
 /// `etcd://[user:pass@]host[:port][,host[:port]...]`, `etcds://` for TLS.
 fn parse_url(url: &str) -> Result<Endpoints, Usage> {
-    let bad = |why: &str| Usage(format!("bad etcd URL '{}': {why}", redact(url)));
+    let bad = |why: &str| Usage(format!("bad etcd URL '{}': {why}", shown(url)));
     let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
     let tls = match scheme.to_ascii_lowercase().as_str() {
         "etcd" | "http" => false,
@@ -725,6 +741,18 @@ mod tests {
         ] {
             assert!(parse_url(bad).is_err(), "{bad}");
         }
+        for url in [
+            "etcd://PW@h",
+            "etcds://PW@h:1,g",
+            "etcd:PW@h",
+            "etcd://P@W@h",
+            "PW@h",
+        ] {
+            let e = parse_url(url).unwrap_err().0;
+            assert!(!e.contains("PW") && !e.contains("W@"), "{url}: {e}");
+        }
+        assert_eq!(shown("etcd://u:PW@h"), "etcd://u:***@h");
+        assert_eq!(shown("etcd://h:1"), "etcd://h:1");
     }
 
     #[test]
