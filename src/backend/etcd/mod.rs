@@ -1,11 +1,12 @@
 //! The etcd backend: the lock recipe of etcd's clientv3 `concurrency.Mutex` (what `etcdctl lock`
 //! and Go programs use), so that `etcdctl lock dlock/KEY` and dlock exclude each other.
 //!
-//! - The lock of KEY is the prefix `dlock/KEY/`. A run grants a lease (`--ttl` rounded up to
-//!   whole seconds), and in one transaction creates its own key `<prefix><lease id in hex>`
-//!   bound to the lease (its value: dlock's holder record; etcdctl writes an empty value) and
-//!   reads the prefix's keys in create-revision order. The own key's create revision orders the
-//!   queue and is the fencing token.
+//! - The lock of KEY is the prefix `dlock/KEY/`, with `%` in KEY written `%25` and `/` written
+//!   `%2F` ([`names`]: else `dlock/a/`'s range would hold `a/b`'s keys). A run grants a lease
+//!   (`--ttl` rounded up to whole seconds), and in one transaction creates its own key
+//!   `<prefix><lease id in hex>` bound to the lease (its value: dlock's holder record; etcdctl
+//!   writes an empty value) and reads the prefix's keys in create-revision order. The own key's
+//!   create revision orders the queue and is the fencing token.
 //! - Exclusive: held when no key of the prefix is older. Else the run watches only the newest
 //!   older key for its deletion (no herd), then looks again, as the Mutex does.
 //! - `--shared`: held when every older key is a dlock shared holder; it waits for the newest
@@ -18,6 +19,7 @@
 //!   loss); Ctrl-C, a timeout or an error revokes it, which deletes the own key.
 
 mod http;
+mod names;
 
 use std::time::{Duration, Instant};
 
@@ -25,14 +27,13 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use self::http::{Client, Endpoints, Error, b64, int, prefix_end, unb64};
+use self::names::{ROOT, lock_prefix};
 use super::{Backend, Deadline, Holder, Lease, Mode, Reach, RenewError, Request, Status};
 use crate::clock::BootInstant;
 use crate::config::{BackendKind, Key, redact};
 use crate::exit::{Interrupted, Unavailable, Usage};
 
 const DEFAULT_URL: &str = "etcd://127.0.0.1:2379";
-/// Where dlock's locks live: `dlock/KEY/`.
-const ROOT: &str = "dlock/";
 /// The most keys of one prefix read at once.
 const MAX_QUEUE: usize = 10_000;
 
@@ -45,11 +46,6 @@ pub(crate) struct EtcdBackend {
     reach: Reach,
     /// Leases of failed tries that could not be revoked then; revoked by the next try.
     abandoned: std::sync::Mutex<Vec<i64>>,
-}
-
-/// The prefix of a key's lock.
-pub(crate) fn lock_prefix(key: &Key) -> Vec<u8> {
-    format!("{ROOT}{}/", key.as_str()).into_bytes()
 }
 
 /// `url` for messages: [`redact`]ed, and a user information without `:` hidden too — etcd takes
@@ -342,21 +338,10 @@ impl Backend for EtcdBackend {
             )
             .map_err(|e| self.fail(e))?;
         let mut keys: Vec<Key> = Vec::new();
-        for kv in r["kvs"].as_array().into_iter().flatten() {
-            let k = unb64(&kv["key"]);
-            let Ok(k) = String::from_utf8(k) else {
-                continue;
-            };
-            let Some(rest) = k.strip_prefix(ROOT) else {
-                continue;
-            };
-            let Some((name, _)) = rest.rsplit_once('/') else {
-                continue;
-            };
-            if let Ok(key) = Key::new(name) {
-                if !keys.contains(&key) {
-                    keys.push(key);
-                }
+        let listed = r["kvs"].as_array().into_iter().flatten();
+        for key in listed.filter_map(|kv| names::key_of(&unb64(&kv["key"]))) {
+            if !keys.contains(&key) {
+                keys.push(key);
             }
         }
         Ok(keys)
