@@ -188,3 +188,56 @@ fn replies_without_revisions_never_run_the_command() {
         assert_one_line_69(&out, what);
     }
 }
+
+/// A watch the server cancels (etcd sends `canceled` with a reason — permission denied, a
+/// compacted revision — and keeps the stream open) ends the wait with exit 69 and the reason.
+/// Regression: the message was taken for "nothing deleted yet", and the run waited in silence
+/// until its `--wait` ran out (75).
+#[test]
+fn a_canceled_watch_is_an_error_not_a_silent_wait() {
+    let watch = {
+        let mut stream =
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                .to_vec();
+        for msg in [
+            r#"{"result":{"header":{"revision":"5"},"created":true}}"#,
+            r#"{"result":{"header":{"revision":"5"},"canceled":true,"cancel_reason":"permission denied"}}"#,
+        ] {
+            let line = format!("{msg}\n");
+            stream.extend_from_slice(format!("{:x}\r\n{line}\r\n", line.len()).as_bytes());
+        }
+        stream
+    };
+    let port = fake(Arc::new(move |path| match path {
+        "/v3/lease/grant" => reply(r#"{"header":{"revision":"1"},"ID":"7","TTL":"60"}"#),
+        // Created at revision 5, behind an older key of revision 3.
+        "/v3/kv/txn" => reply(
+            r#"{"header":{"revision":"5"},"succeeded":true,"responses":[{"response_put":{}},
+            {"response_range":{"kvs":[{"key":"ZGxvY2sveC8x","create_revision":"3","lease":"1"}]}}]}"#,
+        ),
+        "/v3/watch" => watch.clone(),
+        _ => reply(r#"{"header":{"revision":"5"}}"#),
+    }));
+    let dir = scratch("etcd-canceled");
+    let marker = dir.join("ran");
+    let started = std::time::Instant::now();
+    let p = Proc::spawn(
+        dlock()
+            .args(["run", "--url", &format!("etcd://127.0.0.1:{port}")])
+            .args(["-k", &unique_key("etcd-canceled"), "--wait", "5s", "--"])
+            .args(sh(&format!("echo ran > {}", marker.display()))),
+    );
+    let (out, _) = p.wait(Duration::from_secs(20));
+    assert!(!marker.exists(), "the command ran: {}", describe(&out));
+    assert_one_line_69(&out, "a canceled watch");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("permission denied"),
+        "{}",
+        describe(&out)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "took {:?}",
+        started.elapsed()
+    );
+}

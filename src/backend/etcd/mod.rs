@@ -467,6 +467,14 @@ impl EtcdBackend {
                 })?;
                 if let Some(m) = msg {
                     let m: reply::WatchMsg = decode(&m, "watch").map_err(|e| self.bad_reply(e))?;
+                    if m.canceled {
+                        // etcd keeps the stream open: waiting on would wait for nothing. A
+                        // member cut off from its leader is an outage (queue again), anything
+                        // else (permission denied) an answer.
+                        let retry = m.cancel_reason.contains("leader");
+                        let message = format!("the watch was canceled: {}", m.cancel_reason);
+                        return Err(self.fail(Error::Server { message, retry }));
+                    }
                     // A deletion of what this run waits for (the watch's own range; anything
                     // else a server sends is no reason to look again).
                     let ours = |key: &[u8]| match target {

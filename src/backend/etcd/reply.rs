@@ -175,6 +175,11 @@ pub(super) struct WatchMsg {
     pub(super) created: bool,
     #[serde(default)]
     pub(super) events: Vec<Event>,
+    /// The server ended this watch (permission denied, a compacted revision): no event comes.
+    #[serde(default)]
+    pub(super) canceled: bool,
+    #[serde(default)]
+    pub(super) cancel_reason: String,
 }
 
 #[cfg(test)]
