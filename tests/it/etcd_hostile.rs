@@ -208,13 +208,19 @@ fn a_canceled_watch_is_an_error_not_a_silent_wait() {
         }
         stream
     };
+    let key = unique_key("etcd-canceled");
+    let older = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(format!("dlock/{key}/1"))
+    };
+    // Created at revision 5, behind an older key of the lock, of revision 3.
+    let txn = format!(
+        r#"{{"header":{{"revision":"5"}},"succeeded":true,"responses":[{{"response_put":{{}}}},
+        {{"response_range":{{"kvs":[{{"key":"{older}","create_revision":"3","lease":"1"}}]}}}}]}}"#
+    );
     let port = fake(Arc::new(move |path| match path {
         "/v3/lease/grant" => reply(r#"{"header":{"revision":"1"},"ID":"7","TTL":"60"}"#),
-        // Created at revision 5, behind an older key of revision 3.
-        "/v3/kv/txn" => reply(
-            r#"{"header":{"revision":"5"},"succeeded":true,"responses":[{"response_put":{}},
-            {"response_range":{"kvs":[{"key":"ZGxvY2sveC8x","create_revision":"3","lease":"1"}]}}]}"#,
-        ),
+        "/v3/kv/txn" => reply(&txn),
         "/v3/watch" => watch.clone(),
         _ => reply(r#"{"header":{"revision":"5"}}"#),
     }));
@@ -224,7 +230,7 @@ fn a_canceled_watch_is_an_error_not_a_silent_wait() {
     let p = Proc::spawn(
         dlock()
             .args(["run", "--url", &format!("etcd://127.0.0.1:{port}")])
-            .args(["-k", &unique_key("etcd-canceled"), "--wait", "5s", "--"])
+            .args(["-k", &key, "--wait", "5s", "--"])
             .args(sh(&format!("echo ran > {}", marker.display()))),
     );
     let (out, _) = p.wait(Duration::from_secs(20));

@@ -177,7 +177,7 @@ impl EtcdBackend {
             .call("/v3/kv/range", &range_request(prefix, before))
             .map_err(|e| self.fail(e))?;
         let r: reply::Range = decode(&r, "range").map_err(|e| self.bad_reply(e))?;
-        Ok((queue::entries(r.kvs), r.header.revision))
+        Ok((queue::entries(prefix, r.kvs), r.header.revision))
     }
 
     /// The error for a reply that is not what etcd sends.
@@ -335,11 +335,12 @@ impl Backend for EtcdBackend {
     fn purge(&self, key: &Key) -> anyhow::Result<()> {
         let mut c = self.client();
         let prefix = lock_prefix(key);
-        c.call(
-            "/v3/kv/deleterange",
-            &json!({ "key": b64(&prefix), "range_end": b64(&prefix_end(&prefix)) }),
-        )
-        .map_err(|e| self.fail(e))?;
+        // Key by key: the prefix's range also holds keys deeper down, which are not this lock's.
+        let (entries, _) = self.entries(&mut c, &prefix, None)?;
+        for e in entries {
+            c.call("/v3/kv/deleterange", &json!({ "key": b64(&e.key) }))
+                .map_err(|e| self.fail(e))?;
+        }
         Ok(())
     }
 
@@ -406,7 +407,7 @@ impl EtcdBackend {
             .and_then(|op| op.response_range)
             .ok_or_else(|| self.bad_reply("a transaction reply without its range 1".into()))?;
         let mut read = Some((
-            queue::entries(queued.kvs)
+            queue::entries(prefix, queued.kvs)
                 .into_iter()
                 .filter(|e| e.rev < rev)
                 .collect::<Vec<_>>(),
@@ -479,7 +480,7 @@ impl EtcdBackend {
                     // else a server sends is no reason to look again).
                     let ours = |key: &[u8]| match target {
                         Some(t) => key == t.key.as_slice(),
-                        None => key.starts_with(prefix),
+                        None => queue::in_lock(prefix, key),
                     };
                     if m.events.iter().any(|ev| ours(&ev.kv.key)) {
                         break;
@@ -487,18 +488,17 @@ impl EtcdBackend {
                     if m.created && m.header.revision > header {
                         // The store moved between the read and the watch: was it a deletion
                         // of what this run waits for? (Keys older than its own only go.)
-                        let check = match target {
-                            Some(t) => json!({ "key": b64(&t.key), "count_only": true }),
-                            None => {
-                                let mut r = range_request(prefix, Some(rev));
-                                r["count_only"] = json!(true);
-                                r
+                        let (left, before) = match target {
+                            Some(t) => {
+                                let check = json!({ "key": b64(&t.key), "count_only": true });
+                                let r = c.call("/v3/kv/range", &check).map_err(|e| self.fail(e))?;
+                                let r: reply::Range =
+                                    decode(&r, "range").map_err(|e| self.bad_reply(e))?;
+                                (usize::try_from(r.count).unwrap_or(0), 1)
                             }
+                            // Read, not counted: keys deeper down are in the range, not the lock.
+                            None => (self.entries(c, prefix, Some(rev))?.0.len(), older.len()),
                         };
-                        let r = c.call("/v3/kv/range", &check).map_err(|e| self.fail(e))?;
-                        let r: reply::Range = decode(&r, "range").map_err(|e| self.bad_reply(e))?;
-                        let left = usize::try_from(r.count).unwrap_or(0);
-                        let before = if target.is_some() { 1 } else { older.len() };
                         if left < before {
                             break;
                         }

@@ -72,9 +72,20 @@ pub(super) fn range_request(prefix: &[u8], before: Option<i64>) -> Value {
     range
 }
 
-/// The entries of a range reply.
-pub(super) fn entries(kvs: Vec<Kv>) -> Vec<Entry> {
-    kvs.into_iter().map(Entry::from_kv).collect()
+/// Whether `key` is an entry of the lock `prefix`: `<prefix><anything without '/'>`. The range
+/// of `dlock/a/` also holds keys deeper down, `dlock/a/b/<lease>` — `etcdctl lock dlock/a/b`,
+/// or a dlock from before names were escaped — which are no lock of dlock's key `a`.
+pub(super) fn in_lock(prefix: &[u8], key: &[u8]) -> bool {
+    key.strip_prefix(prefix)
+        .is_some_and(|own| !own.is_empty() && !own.contains(&b'/'))
+}
+
+/// The entries of the lock `prefix` in a range reply.
+pub(super) fn entries(prefix: &[u8], kvs: Vec<Kv>) -> Vec<Entry> {
+    kvs.into_iter()
+        .filter(|kv| in_lock(prefix, &kv.key))
+        .map(Entry::from_kv)
+        .collect()
 }
 
 /// Where `mode`, whose key has revision `mine`, stands among the older `entries`.
@@ -194,6 +205,14 @@ mod tests {
             judge(Mode::Exclusive, &[entry(1, l2)]),
             Verdict::Mismatch(_)
         ));
+    }
+
+    #[test]
+    fn deeper_keys_are_not_entries() {
+        assert!(in_lock(b"dlock/a/", b"dlock/a/694d"));
+        assert!(!in_lock(b"dlock/a/", b"dlock/a/b/694d"));
+        assert!(!in_lock(b"dlock/a/", b"dlock/a/"));
+        assert!(!in_lock(b"dlock/a/", b"dlock/a%2Fb/694d"));
     }
 
     #[test]
