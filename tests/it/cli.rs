@@ -233,10 +233,18 @@ fn no_malformed_url_prints_its_password() {
             "postgres",
             "postgresql",
             "http",
+            "etcd",
+            "etcds",
         ] {
             urls.push(format!("{scheme}://user:{pw}@127.0.0.1:1/0"));
             urls.push(format!("{scheme}://:{pw}@127.0.0.1:1"));
             urls.push(format!("{scheme}:user:{pw}@127.0.0.1:1"));
+        }
+        // etcd takes a user only with a password: a lone user information is a password
+        // typed without its user (`etcd://PW@h`), and must not be printed either.
+        for scheme in ["etcd", "etcds"] {
+            urls.push(format!("{scheme}://{pw}@127.0.0.1:1"));
+            urls.push(format!("{scheme}://{pw}@127.0.0.1:1,127.0.0.1:2"));
         }
         urls.push(format!("user:{pw}@127.0.0.1:1"));
         urls.push(format!("redis+unix:///tmp/none.sock?pass={pw}"));

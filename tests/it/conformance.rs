@@ -31,6 +31,7 @@ macro_rules! conformance {
             hostile_holder_metadata_never_reaches_the_terminal,
             status_without_a_key_lists_the_busy_locks,
             status_names_the_lock_as_the_server_knows_it,
+            keys_that_share_a_prefix_are_distinct_locks,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -635,4 +636,53 @@ pub(crate) fn private_ca_trusted_through_ssl_cert_file(
     );
     assert!(one_error_line(&out).contains("certificate"));
     token.unwrap()
+}
+
+/// `K`, `K/`, `K/b`, `K:b` and keys with an escape character (`%`, `%2F` spelled out) are
+/// distinct locks: holding one does not make another busy, `status` of another does not show
+/// it, `break` of another leaves it alone, and the listing names it by its own key.
+/// Regression: on etcd `K`'s prefix range `dlock/K/` held `dlock/K/b/<lease>`, so `K` was
+/// busy, showed and broke `K/b`'s holder.
+pub(crate) fn keys_that_share_a_prefix_are_distinct_locks(b: &TestBackend) {
+    let base = unique_key("distinct");
+    let keys = [
+        base.clone(),
+        format!("{base}/"),
+        format!("{base}/b"),
+        format!("{base}:b"),
+        format!("{base}%2Fb"),
+        format!("{base}%"),
+    ];
+    let dir = scratch("distinct");
+    for (i, held) in keys.iter().enumerate() {
+        let m = dir.join(format!("held-{i}"));
+        let mut h = b.holding(held, &[], &m);
+        for other in keys.iter().filter(|k| *k != held) {
+            assert!(b.is_free(other), "{other:?} is busy while {held:?} is held");
+            let s = b.status(other);
+            assert_eq!(s["held"], false, "status {other:?} with {held:?} held: {s}");
+            let out = run_ok(b.cmd("break").args(["-k", other]));
+            let said = String::from_utf8(out.stdout).unwrap();
+            assert!(
+                said.contains("not held"),
+                "break {other:?} with {held:?} held: {said}"
+            );
+        }
+        let s = b.status(held);
+        assert_eq!(s["holders"][0]["pid"], h.pid(), "{held:?}: {s}");
+        let out = run_ok(b.cmd("status").arg("--json"));
+        let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON array");
+        let mine: Vec<_> = all
+            .as_array()
+            .expect("an array")
+            .iter()
+            .filter(|s| keys.iter().any(|k| s["key"] == k.as_str()))
+            .collect();
+        assert_eq!(mine.len(), 1, "only {held:?} is held: {all}");
+        assert_eq!(mine[0]["key"], held.as_str(), "{all}");
+        assert_eq!(mine[0]["holders"][0]["pid"], h.pid(), "{all}");
+        h.close_stdin();
+        let (out, _) = h.wait(Duration::from_secs(10));
+        assert_eq!(out.status.code(), Some(0), "{held:?}: {}", describe(&out));
+    }
 }

@@ -287,3 +287,38 @@ fn auth_with_etcd_users() {
         );
     }
 }
+
+/// A key deeper under a lock's prefix — `etcdctl lock dlock/K/b` types a raw `/`, and so did a
+/// dlock from before names were escaped — is in the range of `dlock/K/` but no lock of key `K`:
+/// `K` is free, not shown as held, and `break -k K` leaves it alone.
+#[test]
+fn a_raw_slash_key_below_a_prefix_is_not_that_keys_lock() {
+    let Some(e) = shared_etcd() else { return };
+    let b = TestBackend::etcd(&e.url());
+    let key = unique_key("deeper");
+    let dir = scratch("deeper");
+    let (inside, leave) = (dir.join("inside"), dir.join("leave"));
+    let holder = Proc::spawn(e.etcdctl().args([
+        "lock",
+        &format!("dlock/{key}/b"),
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "echo in > {}; while [ ! -e {} ]; do sleep 0.02; done",
+            inside.display(),
+            leave.display()
+        ),
+    ]));
+    wait_for_file(&inside, Duration::from_secs(10));
+    assert!(b.is_free(&key), "etcdctl's dlock/{key}/b makes {key} busy");
+    let st = b.status(&key);
+    assert_eq!(st["held"], false, "{st}");
+    let out = run_ok(b.cmd("break").args(["-k", &key]));
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert!(said.contains("not held"), "{said}");
+    assert!(alive(holder.pid()), "break -k {key} ended etcdctl's lock");
+    std::fs::write(&leave, "").unwrap();
+    let (out, _) = holder.wait(Duration::from_secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+}

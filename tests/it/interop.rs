@@ -515,14 +515,16 @@ fn postgres_snippet_of_the_docs_shares_dlocks_lock() {
     });
 }
 
-/// The etcdctl snippet of docs/interop.md: `etcdctl lock dlock/KEY` is dlock's lock on etcd.
+/// The etcdctl snippet of docs/interop.md: `etcdctl lock dlock/KEY` (`/` and `%` in KEY escaped)
+/// is dlock's lock on etcd.
 #[test]
 fn etcdctl_snippet_of_the_docs_shares_dlocks_lock() {
     let Some(e) = crate::servers::shared_etcd() else {
         return;
     };
     let b = TestBackend::etcd(&e.url());
-    let key = unique_key("app-etcdctl");
+    // A key with `/` and `%`: the snippet escapes them as dlock does.
+    let key = format!("{}/x%y", unique_key("app-etcdctl"));
     let dir = scratch("app-etcdctl");
     std::fs::write(dir.join("etcd_lock.sh"), snippet("etcdctl")).unwrap();
     let ends = e

@@ -4,6 +4,7 @@ mod bench;
 mod cli;
 mod conformance;
 mod etcd;
+mod etcd_hostile;
 mod faults;
 mod file;
 mod generated;

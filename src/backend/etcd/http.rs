@@ -13,12 +13,10 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use serde_json::{Value, json};
 
+use super::frame::{MAX_REPLY, Source, decode_chunks, read_body, read_head};
 use crate::backend::Reach;
 use crate::backend::net::Stream;
 
-/// The most one reply (or one watch message) may take: a status of a long queue of holder
-/// records stays well under it.
-const MAX_REPLY: usize = 4 << 20;
 /// Connecting to one endpoint (TCP and TLS handshake).
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// One unary request.
@@ -29,16 +27,9 @@ pub(super) fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// The bytes a base64 field holds; empty for a missing or malformed one.
-pub(super) fn unb64(v: &Value) -> Vec<u8> {
-    v.as_str()
-        .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
-        .unwrap_or_default()
-}
-
 /// A 64-bit integer field (a decimal string, or a number); 0 when missing, as the gateway
 /// leaves out zero values.
-pub(super) fn int(v: &Value) -> i64 {
+fn int(v: &Value) -> i64 {
     match v {
         Value::String(s) => s.parse().unwrap_or(0),
         Value::Number(n) => n.as_i64().unwrap_or(0),
@@ -330,35 +321,7 @@ impl Watch {
 
     /// Moves whole chunks from `raw` to `data`; whether it moved any.
     fn decode(&mut self) -> io::Result<bool> {
-        let mut moved = false;
-        loop {
-            let Some(eol) = self.raw.windows(2).position(|w| w == b"\r\n") else {
-                if self.raw.len() > 64 {
-                    return Err(io::Error::other("bad chunk header"));
-                }
-                return Ok(moved);
-            };
-            let size_text = String::from_utf8_lossy(&self.raw[..eol]);
-            let size_text = size_text.split(';').next().unwrap_or("").trim();
-            let size = usize::from_str_radix(size_text, 16)
-                .map_err(|_| io::Error::other("bad chunk size"))?;
-            if size > MAX_REPLY {
-                return Err(io::Error::other("a chunk larger than a lock's message"));
-            }
-            if size == 0 {
-                self.ended = true;
-                self.raw.clear();
-                return Ok(moved);
-            }
-            let need = eol + 2 + size + 2;
-            if self.raw.len() < need {
-                return Ok(moved);
-            }
-            self.data
-                .extend_from_slice(&self.raw[eol + 2..eol + 2 + size]);
-            self.raw.drain(..need);
-            moved = true;
-        }
+        decode_chunks(&mut self.raw, &mut self.data, &mut self.ended)
     }
 }
 
@@ -437,9 +400,11 @@ impl Conn {
     fn bound(&mut self, deadline: Instant) {
         self.s.bound(deadline, MAX_REPLY);
     }
+}
 
-    /// Buffered bytes, reading from the socket when there are none; empty at the end of the
-    /// stream. A forwarded signal ends the wait (`net::is_signalled`; nothing retries it).
+impl Source for Conn {
+    /// Reads from the socket when nothing is buffered. A forwarded signal ends the wait
+    /// (`net::is_signalled`; nothing retries it).
     fn available(&mut self) -> io::Result<&[u8]> {
         if self.at == self.end {
             // Empty before the read: a read that fails (a deadline) must not bring back
@@ -453,138 +418,6 @@ impl Conn {
     fn consume(&mut self, n: usize) {
         self.at += n;
     }
-
-    /// Reads exactly `out.len()` bytes.
-    fn fill(&mut self, mut out: &mut [u8]) -> io::Result<()> {
-        while !out.is_empty() {
-            let got = self.available()?;
-            if got.is_empty() {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the server closed the connection mid-reply",
-                ));
-            }
-            let n = got.len().min(out.len());
-            out[..n].copy_from_slice(&got[..n]);
-            out = &mut out[n..];
-            self.consume(n);
-        }
-        Ok(())
-    }
-
-    /// Reads one line (up to LF, CR dropped) of at most 8 KiB.
-    fn read_line(&mut self) -> io::Result<String> {
-        let mut line = Vec::new();
-        loop {
-            let got = self.available()?;
-            if got.is_empty() {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the server closed the connection",
-                ));
-            }
-            let (take, done) = match got.iter().position(|&b| b == b'\n') {
-                Some(i) => (i + 1, true),
-                None => (got.len(), false),
-            };
-            line.extend_from_slice(&got[..take]);
-            self.consume(take);
-            if line.len() > 8 << 10 {
-                return Err(io::Error::other("an HTTP header line over 8 KiB"));
-            }
-            if done {
-                line.pop();
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-                return Ok(String::from_utf8_lossy(&line).into_owned());
-            }
-        }
-    }
-}
-
-struct Head {
-    status: u16,
-    length: Option<usize>,
-    chunked: bool,
-}
-
-fn read_head(con: &mut Conn) -> io::Result<Head> {
-    let status_line = con.read_line()?;
-    let status = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
-            io::Error::other(format!(
-                "not an HTTP reply: '{}' (is this etcd's client port?)",
-                crate::report::clean(&status_line, 80)
-            ))
-        })?;
-    let mut head = Head {
-        status,
-        length: None,
-        chunked: false,
-    };
-    for _ in 0..100 {
-        let line = con.read_line()?;
-        if line.is_empty() {
-            return Ok(head);
-        }
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        match name.trim().to_ascii_lowercase().as_str() {
-            "content-length" => head.length = value.parse().ok(),
-            "transfer-encoding" => head.chunked = value.eq_ignore_ascii_case("chunked"),
-            _ => {}
-        }
-    }
-    Err(io::Error::other("more than 100 HTTP header lines"))
-}
-
-fn read_body(con: &mut Conn, head: &Head) -> io::Result<Value> {
-    let mut body = Vec::new();
-    if head.chunked {
-        loop {
-            let size = con.read_line()?;
-            let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
-                .map_err(|_| io::Error::other("bad chunk size"))?;
-            if body.len() + size > MAX_REPLY {
-                return Err(io::Error::other("a reply larger than a lock's"));
-            }
-            if size == 0 {
-                // The trailers (the gateway sends gRPC's on errors), up to the empty line: all
-                // of them must go, or the next reply on this connection starts mid-way.
-                let mut trailers = 0;
-                while !con.read_line()?.is_empty() {
-                    trailers += 1;
-                    if trailers > 100 {
-                        return Err(io::Error::other("more than 100 HTTP trailer lines"));
-                    }
-                }
-                break;
-            }
-            let start = body.len();
-            body.resize(start + size, 0);
-            con.fill(&mut body[start..])?;
-            con.read_line()?;
-        }
-    } else {
-        let n = head
-            .length
-            .ok_or_else(|| io::Error::other("an HTTP reply without a length"))?;
-        if n > MAX_REPLY {
-            return Err(io::Error::other("a reply larger than a lock's"));
-        }
-        body.resize(n, 0);
-        con.fill(&mut body)?;
-    }
-    if body.is_empty() {
-        return Ok(Value::Null);
-    }
-    serde_json::from_slice(&body).map_err(|e| io::Error::other(format!("bad JSON reply: {e}")))
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
 //! The etcd backend: the lock recipe of etcd's clientv3 `concurrency.Mutex` (what `etcdctl lock`
 //! and Go programs use), so that `etcdctl lock dlock/KEY` and dlock exclude each other.
 //!
-//! - The lock of KEY is the prefix `dlock/KEY/`. A run grants a lease (`--ttl` rounded up to
-//!   whole seconds), and in one transaction creates its own key `<prefix><lease id in hex>`
-//!   bound to the lease (its value: dlock's holder record; etcdctl writes an empty value) and
-//!   reads the prefix's keys in create-revision order. The own key's create revision orders the
-//!   queue and is the fencing token.
+//! - The lock of KEY is the prefix `dlock/KEY/`, with `%` in KEY written `%25` and `/` written
+//!   `%2F` ([`names`]: else `dlock/a/`'s range would hold `a/b`'s keys). A run grants a lease
+//!   (`--ttl` rounded up to whole seconds), and in one transaction creates its own key
+//!   `<prefix><lease id in hex>` bound to the lease (its value: dlock's holder record; etcdctl
+//!   writes an empty value) and reads the prefix's keys in create-revision order. The own key's
+//!   create revision orders the queue and is the fencing token.
 //! - Exclusive: held when no key of the prefix is older. Else the run watches only the newest
 //!   older key for its deletion (no herd), then looks again, as the Mutex does.
 //! - `--shared`: held when every older key is a dlock shared holder; it waits for the newest
@@ -17,24 +18,29 @@
 //! - The lease is kept alive every ttl/3 (keep-alive answering TTL 0, or the own key gone, is a
 //!   loss); Ctrl-C, a timeout or an error revokes it, which deletes the own key.
 
+mod frame;
 mod http;
+mod names;
+mod queue;
+mod reply;
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use self::http::{Client, Endpoints, Error, b64, int, prefix_end, unb64};
+use self::http::{Client, Endpoints, Error, b64, prefix_end};
+use self::names::{ROOT, lock_prefix};
+use self::queue::{Entry, Verdict, holders, judge, range_request};
+use self::reply::decode;
 use super::{Backend, Grant, Lease, Reach, RenewError, Request};
 use crate::clock::BootInstant;
 use crate::config::redact;
 use crate::exit::{Interrupted, Unavailable, Usage};
 use crate::model::{BackendKind, Key};
-use crate::model::{Deadline, Holder, Mode, Status};
+use crate::model::{Deadline, Mode, Status};
 
 const DEFAULT_URL: &str = "etcd://127.0.0.1:2379";
-/// Where dlock's locks live: `dlock/KEY/`.
-const ROOT: &str = "dlock/";
 /// The most keys of one prefix read at once.
 const MAX_QUEUE: usize = 10_000;
 
@@ -49,14 +55,25 @@ pub(crate) struct EtcdBackend {
     abandoned: std::sync::Mutex<Vec<i64>>,
 }
 
-/// The prefix of a key's lock.
-pub(crate) fn lock_prefix(key: &Key) -> Vec<u8> {
-    format!("{ROOT}{}/", key.as_str()).into_bytes()
+/// `url` for messages: [`redact`]ed, and a user information without `:` hidden too — etcd takes
+/// no user without a password, so that is most likely a password typed alone (`etcd://PW@h`).
+fn shown(url: &str) -> String {
+    let r = redact(url);
+    let start = match r.find("://") {
+        Some(i) => i + 3,
+        None => r.find(':').map_or(0, |i| i + 1),
+    };
+    match r[start..].rfind('@') {
+        Some(at) if !r[start..start + at].contains(':') => {
+            format!("{}***{}", &r[..start], &r[start + at..])
+        }
+        _ => r,
+    }
 }
 
 /// `etcd://[user:pass@]host[:port][,host[:port]...]`, `etcds://` for TLS.
 fn parse_url(url: &str) -> Result<Endpoints, Usage> {
-    let bad = |why: &str| Usage(format!("bad etcd URL '{}': {why}", redact(url)));
+    let bad = |why: &str| Usage(format!("bad etcd URL '{}': {why}", shown(url)));
     let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
     let tls = match scheme.to_ascii_lowercase().as_str() {
         "etcd" | "http" => false,
@@ -100,139 +117,6 @@ fn parse_url(url: &str) -> Result<Endpoints, Usage> {
         tls,
         auth,
     })
-}
-
-/// One key of a lock's prefix, in create-revision order.
-#[derive(Clone, Debug)]
-struct Entry {
-    key: Vec<u8>,
-    rev: i64,
-    lease: i64,
-    /// dlock's record, or `None` for a key that is not dlock's (etcdctl lock, a Go Mutex).
-    record: Option<Holder>,
-}
-
-impl Entry {
-    fn from_kv(kv: &Value) -> Entry {
-        let value = unb64(&kv["value"]);
-        let record = serde_json::from_slice::<Holder>(&value)
-            .ok()
-            .filter(|h| h.pid.is_some() && h.foreign.is_none());
-        Entry {
-            key: unb64(&kv["key"]),
-            rev: int(&kv["create_revision"]),
-            lease: int(&kv["lease"]),
-            record,
-        }
-    }
-
-    /// The mode it holds (or waits) in; a foreign key is exclusive.
-    fn mode(&self) -> Mode {
-        self.record
-            .as_ref()
-            .and_then(|h| h.mode)
-            .unwrap_or(Mode::Exclusive)
-    }
-
-    /// What status and messages show of it.
-    fn holder(&self) -> Holder {
-        let node = String::from_utf8_lossy(&self.key).into_owned();
-        let mut h = match &self.record {
-            Some(h) => h.clone(),
-            None => Holder {
-                foreign: Some("an etcd lock without a dlock record (etcdctl lock, a Mutex)".into()),
-                ..Holder::default()
-            },
-        };
-        h.fencing_token = u64::try_from(self.rev).ok();
-        h.node = Some(node);
-        h.session = Some(format!("lease {:x}", self.lease));
-        h
-    }
-}
-
-/// A range request for the keys of `prefix` in create-revision order (the oldest
-/// [`MAX_QUEUE`]), those older than `before` if given.
-fn range_request(prefix: &[u8], before: Option<i64>) -> Value {
-    let mut range = json!({
-        "key": b64(prefix),
-        "range_end": b64(&prefix_end(prefix)),
-        "sort_order": "ASCEND",
-        "sort_target": "CREATE",
-        "limit": MAX_QUEUE.to_string(),
-    });
-    if let Some(rev) = before {
-        range["max_create_revision"] = json!((rev - 1).to_string());
-    }
-    range
-}
-
-/// The entries of a range reply.
-fn kvs(range: &Value) -> Vec<Entry> {
-    range["kvs"]
-        .as_array()
-        .map(|kvs| kvs.iter().map(Entry::from_kv).collect())
-        .unwrap_or_default()
-}
-
-/// Where `mode`, whose key has revision `mine`, stands among the older `entries`.
-enum Verdict {
-    Holds,
-    /// Wait for the deletion of this older key (exclusive, shared), or of any key of the
-    /// prefix (`None`: a slot). The oldest key is the holder to name.
-    Waits(Option<usize>),
-    /// A dlock holder of the key in another mode.
-    Mismatch(Mode),
-}
-
-fn judge(mode: Mode, older: &[Entry]) -> Verdict {
-    // Another dlock mode that cannot be waited for: a mismatch (exit 2).
-    let clash = older.iter().find_map(|e| {
-        let theirs = e.record.as_ref()?.mode.unwrap_or(Mode::Exclusive);
-        let ok = match mode {
-            Mode::Exclusive | Mode::Shared => !matches!(theirs, Mode::Limit(_)),
-            Mode::Limit(n) => theirs == Mode::Limit(n),
-        };
-        (!ok).then_some(theirs)
-    });
-    if let Some(theirs) = clash {
-        return Verdict::Mismatch(theirs);
-    }
-    if older.is_empty() {
-        return Verdict::Holds;
-    }
-    match mode {
-        Mode::Exclusive => Verdict::Waits(Some(older.len() - 1)),
-        Mode::Shared => match older.iter().rposition(|e| e.mode() != Mode::Shared) {
-            Some(i) => Verdict::Waits(Some(i)),
-            None => Verdict::Holds,
-        },
-        Mode::Limit(n) => match older.iter().rposition(|e| e.record.is_none()) {
-            Some(i) => Verdict::Waits(Some(i)),
-            None if older.len() < n as usize => Verdict::Holds,
-            None => Verdict::Waits(None),
-        },
-    }
-}
-
-/// Which of a prefix's entries (in order) hold: the first, and behind a shared or slot holder
-/// the ones that may hold beside it.
-fn holders(entries: &[Entry]) -> usize {
-    let Some(first) = entries.first() else {
-        return 0;
-    };
-    match first.mode() {
-        Mode::Exclusive => 1,
-        Mode::Shared => entries
-            .iter()
-            .take_while(|e| e.mode() == Mode::Shared)
-            .count(),
-        Mode::Limit(n) => entries
-            .iter()
-            .take(n as usize)
-            .take_while(|e| e.mode() == Mode::Limit(n))
-            .count(),
-    }
 }
 
 impl EtcdBackend {
@@ -290,9 +174,17 @@ impl EtcdBackend {
         c: &mut Client,
         prefix: &[u8],
         before: Option<i64>,
-    ) -> Result<(Vec<Entry>, i64), Error> {
-        let r = c.call("/v3/kv/range", &range_request(prefix, before))?;
-        Ok((kvs(&r), int(&r["header"]["revision"])))
+    ) -> anyhow::Result<(Vec<Entry>, i64)> {
+        let r = c
+            .call("/v3/kv/range", &range_request(prefix, before))
+            .map_err(|e| self.fail(e))?;
+        let r: reply::Range = decode(&r, "range").map_err(|e| self.bad_reply(e))?;
+        Ok((queue::entries(prefix, r.kvs), r.header.revision))
+    }
+
+    /// The error for a reply that is not what etcd sends.
+    fn bad_reply(&self, why: String) -> anyhow::Error {
+        Unavailable(format!("etcd {}: {why}", self.addr)).into()
     }
 
     /// Revokes `lease` (deleting its key); whether it is gone (revoked now, or before).
@@ -327,22 +219,11 @@ impl Backend for EtcdBackend {
                 }),
             )
             .map_err(|e| self.fail(e))?;
+        let r: reply::ListedKeys = decode(&r, "range").map_err(|e| self.bad_reply(e))?;
         let mut keys: Vec<Key> = Vec::new();
-        for kv in r["kvs"].as_array().into_iter().flatten() {
-            let k = unb64(&kv["key"]);
-            let Ok(k) = String::from_utf8(k) else {
-                continue;
-            };
-            let Some(rest) = k.strip_prefix(ROOT) else {
-                continue;
-            };
-            let Some((name, _)) = rest.rsplit_once('/') else {
-                continue;
-            };
-            if let Ok(key) = Key::new(name) {
-                if !keys.contains(&key) {
-                    keys.push(key);
-                }
+        for key in r.kvs.iter().filter_map(|kv| names::key_of(&kv.key)) {
+            if !keys.contains(&key) {
+                keys.push(key);
             }
         }
         Ok(keys)
@@ -372,12 +253,18 @@ impl Backend for EtcdBackend {
         let grant = c
             .call("/v3/lease/grant", &json!({ "TTL": ttl.to_string() }))
             .map_err(|e| self.fail(e))?;
-        let lease = int(&grant["ID"]);
-        if lease == 0 || int(&grant["TTL"]) < ttl as i64 {
+        let grant: reply::Grant = decode(&grant, "lease grant").map_err(|e| self.bad_reply(e))?;
+        let lease = grant.id;
+        if i64::try_from(ttl).map_or(true, |ttl| grant.ttl < ttl) {
+            // Granted: revoke it, or it would hold nothing for its TTL.
+            if !Self::revoke(&mut c, lease) {
+                let mut abandoned = self.abandoned.lock().unwrap_or_else(|e| e.into_inner());
+                abandoned.push(lease);
+            }
             anyhow::bail!(
                 "etcd {}: the server granted a lease of {}s for {ttl}s",
                 self.addr,
-                int(&grant["TTL"])
+                grant.ttl
             );
         }
         // From here on, every way out that is not a held lock revokes the lease, which deletes
@@ -406,9 +293,7 @@ impl Backend for EtcdBackend {
     fn status(&self, key: &Key) -> anyhow::Result<Status> {
         let mut c = self.client();
         let prefix = lock_prefix(key);
-        let (entries, _) = self
-            .entries(&mut c, &prefix, None)
-            .map_err(|e| self.fail(e))?;
+        let (entries, _) = self.entries(&mut c, &prefix, None)?;
         let n = holders(&entries);
         let mut status = Status {
             held: n > 0,
@@ -434,9 +319,9 @@ impl Backend for EtcdBackend {
                     )
                     .ok();
                 h.lease_left_ms = ttl
-                    .map(|t| int(&t["TTL"]))
-                    .and_then(|s| u64::try_from(s).ok())
-                    .map(|s| s * 1000);
+                    .and_then(|t| decode::<reply::Ttl>(&t, "timetolive").ok())
+                    .and_then(|t| u64::try_from(t.ttl).ok())
+                    .and_then(|s| s.checked_mul(1000));
                 status.holders.push(h);
             } else {
                 status.queue.push(h);
@@ -452,20 +337,19 @@ impl Backend for EtcdBackend {
     fn purge(&self, key: &Key) -> anyhow::Result<()> {
         let mut c = self.client();
         let prefix = lock_prefix(key);
-        c.call(
-            "/v3/kv/deleterange",
-            &json!({ "key": b64(&prefix), "range_end": b64(&prefix_end(&prefix)) }),
-        )
-        .map_err(|e| self.fail(e))?;
+        // Key by key: the prefix's range also holds keys deeper down, which are not this lock's.
+        let (entries, _) = self.entries(&mut c, &prefix, None)?;
+        for e in entries {
+            c.call("/v3/kv/deleterange", &json!({ "key": b64(&e.key) }))
+                .map_err(|e| self.fail(e))?;
+        }
         Ok(())
     }
 
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
         let status = self.status(key)?;
         let mut c = self.client();
-        let (entries, _) = self
-            .entries(&mut c, &lock_prefix(key), None)
-            .map_err(|e| self.fail(e))?;
+        let (entries, _) = self.entries(&mut c, &lock_prefix(key), None)?;
         for e in entries.iter().take(holders(&entries)) {
             c.call("/v3/lease/revoke", &json!({ "ID": e.lease.to_string() }))
                 .map_err(|err| self.fail(err))
@@ -507,26 +391,36 @@ impl EtcdBackend {
             "failure": [{ "request_range": { "key": b64(&own) } }, queue],
         });
         let r = c.call("/v3/kv/txn", &txn).map_err(|e| self.fail(e))?;
-        let rev = if r["succeeded"].as_bool() == Some(true) {
-            int(&r["header"]["revision"])
+        let mut r: reply::Txn = decode(&r, "transaction").map_err(|e| self.bad_reply(e))?;
+        let rev = if r.succeeded {
+            r.header.revision
         } else {
-            int(&r["responses"][0]["response_range"]["kvs"][0]["create_revision"])
+            // The own key existed (a retried request): its revision, which decoding required.
+            let range = r.range(0).map_err(|e| self.bad_reply(e))?;
+            match range.kvs.first() {
+                Some(kv) if kv.key == own => kv.create_revision,
+                _ => return Err(self.bad_reply("a transaction reply without the own key".into())),
+            }
         };
+        let queued = std::mem::take(&mut r.responses);
+        let queued = queued
+            .into_iter()
+            .nth(1)
+            .and_then(|op| op.response_range)
+            .ok_or_else(|| self.bad_reply("a transaction reply without its range 1".into()))?;
         let mut read = Some((
-            kvs(&r["responses"][1]["response_range"])
+            queue::entries(prefix, queued.kvs)
                 .into_iter()
                 .filter(|e| e.rev < rev)
                 .collect::<Vec<_>>(),
-            int(&r["header"]["revision"]),
+            r.header.revision,
         ));
         let mut next_keepalive = Instant::now() + req.ttl / 3;
         let mut told = false;
         loop {
             let (older, header) = match read.take() {
                 Some(r) => r,
-                None => self
-                    .entries(c, prefix, Some(rev))
-                    .map_err(|e| self.fail(e))?,
+                None => self.entries(c, prefix, Some(rev))?,
             };
             let target = match judge(req.mode, &older) {
                 Verdict::Holds => return Ok((rev, own, refreshed)),
@@ -575,26 +469,38 @@ impl EtcdBackend {
                     self.fail(e)
                 })?;
                 if let Some(m) = msg {
-                    let deleted = m["events"].as_array().is_some_and(|evs| !evs.is_empty());
-                    if deleted {
+                    let m: reply::WatchMsg = decode(&m, "watch").map_err(|e| self.bad_reply(e))?;
+                    if m.canceled {
+                        // etcd keeps the stream open: waiting on would wait for nothing. A
+                        // member cut off from its leader is an outage (queue again), anything
+                        // else (permission denied) an answer.
+                        let retry = m.cancel_reason.contains("leader");
+                        let message = format!("the watch was canceled: {}", m.cancel_reason);
+                        return Err(self.fail(Error::Server { message, retry }));
+                    }
+                    // A deletion of what this run waits for (the watch's own range; anything
+                    // else a server sends is no reason to look again).
+                    let ours = |key: &[u8]| match target {
+                        Some(t) => key == t.key.as_slice(),
+                        None => queue::in_lock(prefix, key),
+                    };
+                    if m.events.iter().any(|ev| ours(&ev.kv.key)) {
                         break;
                     }
-                    if m["created"].as_bool() == Some(true)
-                        && int(&m["header"]["revision"]) > header
-                    {
+                    if m.created && m.header.revision > header {
                         // The store moved between the read and the watch: was it a deletion
                         // of what this run waits for? (Keys older than its own only go.)
-                        let check = match target {
-                            Some(t) => json!({ "key": b64(&t.key), "count_only": true }),
-                            None => {
-                                let mut r = range_request(prefix, Some(rev));
-                                r["count_only"] = json!(true);
-                                r
+                        let (left, before) = match target {
+                            Some(t) => {
+                                let check = json!({ "key": b64(&t.key), "count_only": true });
+                                let r = c.call("/v3/kv/range", &check).map_err(|e| self.fail(e))?;
+                                let r: reply::Range =
+                                    decode(&r, "range").map_err(|e| self.bad_reply(e))?;
+                                (usize::try_from(r.count).unwrap_or(0), 1)
                             }
+                            // Read, not counted: keys deeper down are in the range, not the lock.
+                            None => (self.entries(c, prefix, Some(rev))?.0.len(), older.len()),
                         };
-                        let r = c.call("/v3/kv/range", &check).map_err(|e| self.fail(e))?;
-                        let left = usize::try_from(int(&r["count"])).unwrap_or(0);
-                        let before = if target.is_some() { 1 } else { older.len() };
                         if left < before {
                             break;
                         }
@@ -607,7 +513,9 @@ impl EtcdBackend {
                     let k = c
                         .call("/v3/lease/keepalive", &json!({ "ID": lease.to_string() }))
                         .map_err(|e| self.fail(e))?;
-                    if int(&k["result"]["TTL"]) <= 0 {
+                    let k: reply::KeepAlive =
+                        decode(&k, "keep-alive").map_err(|e| self.bad_reply(e))?;
+                    if k.result.ttl <= 0 {
                         return Err(crate::exit::Outage(format!(
                             "etcd {}: the waiting run's lease ran out",
                             self.addr
@@ -651,6 +559,7 @@ impl Lease for EtcdLease {
 
     fn renew(&mut self) -> Result<(), RenewError> {
         let failed = |e: Error| RenewError::Failed(anyhow::anyhow!("etcd {}", e));
+        let bad = |e: String| RenewError::Failed(anyhow::anyhow!("etcd {e}"));
         let k = self
             .client
             .call(
@@ -658,7 +567,8 @@ impl Lease for EtcdLease {
                 &json!({ "ID": self.lease.to_string() }),
             )
             .map_err(failed)?;
-        if int(&k["result"]["TTL"]) <= 0 {
+        let k: reply::KeepAlive = decode(&k, "keep-alive").map_err(bad)?;
+        if k.result.ttl <= 0 {
             return Err(RenewError::Lost(format!(
                 "etcd {}: lease {:x} expired or was revoked (dlock break?)",
                 self.addr, self.lease
@@ -671,7 +581,8 @@ impl Lease for EtcdLease {
                 &json!({ "key": b64(&self.key), "count_only": true }),
             )
             .map_err(failed)?;
-        if int(&r["count"]) == 0 {
+        let r: reply::Range = decode(&r, "range").map_err(bad)?;
+        if r.count == 0 {
             return Err(RenewError::Lost(format!(
                 "etcd {}: the lock key {} was deleted",
                 self.addr,
@@ -696,19 +607,6 @@ impl Lease for EtcdLease {
 mod tests {
     use super::*;
 
-    fn entry(rev: i64, mode: Option<Mode>) -> Entry {
-        Entry {
-            key: format!("dlock/k/{rev:x}").into_bytes(),
-            rev,
-            lease: rev,
-            record: mode.map(|m| Holder {
-                pid: Some(1),
-                mode: (m != Mode::Exclusive).then_some(m),
-                ..Holder::default()
-            }),
-        }
-    }
-
     #[test]
     fn urls_with_members_and_credentials() {
         let e = parse_url("etcds://u%40x:p%3Aw@a:1,[::1]:2,b").unwrap();
@@ -727,65 +625,17 @@ mod tests {
         ] {
             assert!(parse_url(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn modes_wait_for_what_they_must() {
-        let ex = Some(Mode::Exclusive);
-        let sh = Some(Mode::Shared);
-        assert!(matches!(judge(Mode::Exclusive, &[]), Verdict::Holds));
-        // A reader behind readers holds; behind a foreign key or a writer it waits.
-        assert!(matches!(
-            judge(Mode::Shared, &[entry(1, sh), entry(2, sh)]),
-            Verdict::Holds
-        ));
-        match judge(Mode::Shared, &[entry(1, sh), entry(2, ex), entry(3, sh)]) {
-            Verdict::Waits(Some(t)) => assert_eq!(t, 1),
-            _ => panic!("a reader behind a waiting writer must wait for it"),
+        for url in [
+            "etcd://PW@h",
+            "etcds://PW@h:1,g",
+            "etcd:PW@h",
+            "etcd://P@W@h",
+            "PW@h",
+        ] {
+            let e = parse_url(url).unwrap_err().0;
+            assert!(!e.contains("PW") && !e.contains("W@"), "{url}: {e}");
         }
-        match judge(Mode::Shared, &[entry(1, None)]) {
-            Verdict::Waits(Some(t)) => assert_eq!(t, 0),
-            _ => panic!("a foreign key is an exclusive holder"),
-        }
-        // The exclusive waits for the newest older key only.
-        match judge(Mode::Exclusive, &[entry(1, sh), entry(2, sh)]) {
-            Verdict::Waits(Some(t)) => assert_eq!(t, 1),
-            _ => panic!(),
-        }
-        let l2 = Some(Mode::Limit(2));
-        assert!(matches!(
-            judge(Mode::Limit(2), &[entry(1, l2)]),
-            Verdict::Holds
-        ));
-        assert!(matches!(
-            judge(Mode::Limit(2), &[entry(1, l2), entry(2, l2)]),
-            Verdict::Waits(None)
-        ));
-        assert!(matches!(
-            judge(Mode::Limit(3), &[entry(1, l2)]),
-            Verdict::Mismatch(_)
-        ));
-        assert!(matches!(
-            judge(Mode::Exclusive, &[entry(1, l2)]),
-            Verdict::Mismatch(_)
-        ));
-    }
-
-    #[test]
-    fn holders_follow_the_first_mode() {
-        let sh = Some(Mode::Shared);
-        let l2 = Some(Mode::Limit(2));
-        assert_eq!(holders(&[]), 0);
-        assert_eq!(holders(&[entry(1, None), entry(2, None)]), 1);
-        assert_eq!(
-            holders(&[
-                entry(1, sh),
-                entry(2, sh),
-                entry(3, Some(Mode::Exclusive)),
-                entry(4, sh)
-            ]),
-            2
-        );
-        assert_eq!(holders(&[entry(1, l2), entry(2, l2), entry(3, l2)]), 2);
+        assert_eq!(shown("etcd://u:PW@h"), "etcd://u:***@h");
+        assert_eq!(shown("etcd://h:1"), "etcd://h:1");
     }
 }
