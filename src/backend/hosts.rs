@@ -1,6 +1,6 @@
 //! Host lists in URLs — `host[:port][,host[:port]...]` — the one syntax of every backend that
 //! takes several servers: ZooKeeper's ensemble, etcd's members, Redis Cluster seeds and
-//! Sentinels. A host is a name, an IPv4 address or an IPv6 address in brackets; the port is
+//! Sentinels (the three splitters they had disagreed on ports, `@` and spaces). A host is a name, an IPv4 address or an IPv6 address in brackets; the port is
 //! 1–65535, the backend's default when left out.
 
 use std::fmt;

@@ -98,20 +98,11 @@ fn parse_url(url: &str) -> Result<Endpoints, Usage> {
         }
         None => (None, rest),
     };
-    let mut list = Vec::new();
-    for h in hosts.split(',') {
-        let (host, port) = match h.rsplit_once(':') {
-            Some((host, port)) if !port.contains(']') => {
-                (host, port.parse::<u16>().map_err(|_| bad("bad port"))?)
-            }
-            _ => (h, 2379),
-        };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        if host.is_empty() {
-            return Err(bad("no host"));
-        }
-        list.push((host.to_string(), port));
-    }
+    let list = crate::backend::hosts::parse(hosts, 2379)
+        .map_err(|why| bad(&why))?
+        .into_iter()
+        .map(|h| (h.host, h.port))
+        .collect();
     Ok(Endpoints {
         hosts: list,
         tls,
@@ -622,6 +613,9 @@ mod tests {
             "etcd://u@a",
             "etcd://a:x",
             "etcd://",
+            "etcd://a:0",
+            "etcd://a,,b",
+            "etcd://::1",
         ] {
             assert!(parse_url(bad).is_err(), "{bad}");
         }
