@@ -173,6 +173,12 @@ fn pgpass(host: &str, port: u16, db: &str, user: &str) -> Option<String> {
         return None;
     }
     let text = std::fs::read_to_string(&path).ok()?;
+    pgpass_lookup(&text, host, port, db, user)
+}
+
+/// The password `text` (a `.pgpass` file) gives for host, port, database and user: the first
+/// line whose four fields match (`*` matches anything), as libpq reads it.
+fn pgpass_lookup(text: &str, host: &str, port: u16, db: &str, user: &str) -> Option<String> {
     let port = port.to_string();
     let want = [host, port.as_str(), db, user];
     text.lines()
@@ -222,6 +228,22 @@ mod tests {
             split_pgpass(r"a\\b:1:d:u:p"),
             vec![r"a\b", "1", "d", "u", "p"]
         );
+    }
+
+    proptest::proptest! {
+        /// Any `.pgpass` text gives a password or none, never a panic; a line written with
+        /// every `:` and `\\` escaped gives back exactly its password.
+        #[test]
+        fn any_pgpass_text_is_read(
+            text in "\\PC*|[a-z:*\\\\\n#]{0,80}",
+            pw in "\\PC{0,30}",
+            host in "[a-z0-9.]{1,20}",
+        ) {
+            let _ = pgpass_lookup(&text, "h", 5432, "db", "u");
+            let escaped = pw.replace('\\', "\\\\").replace(':', "\\:");
+            let line = format!("{host}:5432:*:u:{escaped}");
+            proptest::prop_assert_eq!(pgpass_lookup(&line, &host, 5432, "db", "u"), Some(pw));
+        }
     }
 
     #[test]
