@@ -14,7 +14,7 @@ use crate::config::{KeyConfig, RunConfig, Wait};
 use crate::exit::{self, Usage};
 use crate::keeper::{Keeper, deadline_after};
 use crate::lockset;
-use crate::model::{Deadline, Holder, Mode};
+use crate::model::{Deadline, Mode, Record};
 use crate::report;
 use crate::signals;
 use crate::supervise::{self, Ending, LeaseClock};
@@ -236,9 +236,9 @@ fn take_locks(
         report::error(format_args!("{why}"));
         return Err(exit::USAGE);
     }
-    let holder = Holder {
+    let holder = Record {
         mode: (cfg.mode != Mode::Exclusive).then_some(cfg.mode),
-        ..Holder::this_process(&cfg.command)
+        ..Record::this_process(&cfg.command)
     };
     let deadline = match cfg.wait {
         Wait::No => Deadline::Now,

@@ -23,7 +23,7 @@ use crate::backend::{self, Request, hostname};
 use crate::config::{Amount, BenchConfig};
 use crate::exit;
 use crate::model::Key;
-use crate::model::{Deadline, Holder, Mode};
+use crate::model::{Deadline, Holder, Mode, Record};
 use crate::report;
 use crate::signals::{self, Interrupt, Woken};
 
@@ -285,7 +285,7 @@ fn request<'a>(
     key: &'a Key,
     cfg: &BenchConfig,
     deadline: Deadline,
-    holder: &'a Holder,
+    holder: &'a Record,
     interrupt: &'a Interrupt,
     on_holder: &'a dyn Fn(&Holder),
 ) -> Request<'a> {
@@ -307,7 +307,7 @@ fn uncontended(
     progress: &AtomicU64,
 ) -> anyhow::Result<Phase> {
     let backend = backend::open(&cfg.target)?;
-    let holder = Holder::this_process(&["dlock-bench".into()]);
+    let holder = Record::this_process(&["dlock-bench".into()]);
     let mut samples = Vec::new();
     let started = Instant::now();
     while !over(cfg.amount, started, samples.len() as u64) && interrupt.fired().is_none() {
@@ -351,7 +351,7 @@ fn handoff(
     let started = Instant::now();
     let client = || -> anyhow::Result<()> {
         let backend = backend::open(&cfg.target)?;
-        let holder = Holder::this_process(&["dlock-bench".into()]);
+        let holder = Record::this_process(&["dlock-bench".into()]);
         // A waiter still waiting when the phase is long over gives up.
         let give_up = Instant::now() + phase_bound(cfg.amount);
         let over_now = || {

@@ -241,10 +241,11 @@ impl Mode {
     }
 }
 
-/// Who holds (or held) a lock, as far as a backend knows. Stored beside the lock on acquisition
-/// (docs/design.md, "Holder records") and read back by `status` and by waiters.
+/// What dlock writes beside a lock it holds (docs/design.md, "Holder records"), and all it
+/// reads back from one: who holds, since when, how. Anything else a server's copy carries is
+/// not read (a forged record cannot pass for an application's lock or name a session).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub(crate) struct Holder {
+pub(crate) struct Record {
     /// The key this record belongs to: lets `dlock status` without `--key` name a lock stored
     /// under a hashed name (a long key's file, a MySQL lock name).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -265,6 +266,18 @@ pub(crate) struct Holder {
     /// When the lock was acquired, in milliseconds since the Unix epoch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub since_ms: Option<u64>,
+    /// How it holds (or waits for) the lock; absent means exclusive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+}
+
+/// A holder (or waiter) as `status` shows it: dlock's [`Record`] where there is one, and what
+/// only the server knows. Never written to a server, never read from one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct Holder {
+    /// What the holder wrote (empty for an application's lock).
+    #[serde(flatten)]
+    pub record: Record,
     /// The fencing token handed to the command.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<u64>,
@@ -275,17 +288,36 @@ pub(crate) struct Holder {
     /// ("0x1000004e2a90003" for a ZooKeeper session).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
-    /// How it holds (or waits for) the lock; absent in metadata written before modes existed,
-    /// which means exclusive.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mode: Option<Mode>,
     /// Set when the holder (or waiter) is not dlock but an application's own lock on the same
-    /// name: what the server shows of it ("kazoo Lock", "GET_LOCK"). Never written by dlock.
+    /// name: what the server shows of it ("kazoo Lock", "GET_LOCK").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub foreign: Option<String>,
     /// The server's name for this holder's entry, where it has one (a ZooKeeper lock node).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+}
+
+impl From<Record> for Holder {
+    fn from(record: Record) -> Holder {
+        Holder {
+            record,
+            ..Holder::default()
+        }
+    }
+}
+
+/// A holder's record fields read (and filled in) as its own.
+impl std::ops::Deref for Holder {
+    type Target = Record;
+    fn deref(&self) -> &Record {
+        &self.record
+    }
+}
+
+impl std::ops::DerefMut for Holder {
+    fn deref_mut(&mut self) -> &mut Record {
+        &mut self.record
+    }
 }
 
 /// What `dlock status` reports, and what `dlock break` removed.

@@ -115,10 +115,10 @@ impl Memory {
             key.to_string(),
             Held {
                 token,
-                holder: Holder {
+                holder: Holder::from(crate::model::Record {
                     pid: Some(pid),
-                    ..Holder::default()
-                },
+                    ..crate::model::Record::default()
+                }),
                 expires: BootInstant::now() + ttl,
             },
         );
@@ -167,7 +167,7 @@ impl Backend for Memory {
                         key.to_string(),
                         Held {
                             token,
-                            holder: req.holder.clone(),
+                            holder: Holder::from(req.holder.clone()),
                             expires: sent + req.ttl,
                         },
                     );

@@ -37,7 +37,7 @@ pub(crate) use self::support::{escape_key, hostname, percent_decode, unescape_ke
 use crate::clock::BootInstant;
 use crate::config::Target;
 use crate::exit::Busy;
-use crate::model::{BackendKind, Deadline, Holder, Key, Mode, Status};
+use crate::model::{BackendKind, Deadline, Holder, Key, Mode, Record, Status};
 use crate::signals::Interrupt;
 
 /// Holders of one key that disagree on the mode (`--limit 3` against `--limit 5`, or a
@@ -50,9 +50,9 @@ pub(crate) fn mode_mismatch(key: &Key, want: Mode, theirs: &str) -> anyhow::Erro
     .into()
 }
 
-impl Holder {
+impl Record {
     /// This process, about to run `command`.
-    pub(crate) fn this_process(command: &[std::ffi::OsString]) -> Holder {
+    pub(crate) fn this_process(command: &[std::ffi::OsString]) -> Record {
         let since_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
@@ -62,16 +62,27 @@ impl Holder {
             .map(|a| a.to_string_lossy())
             .collect::<Vec<_>>()
             .join(" ");
-        Holder {
+        Record {
             host: Some(hostname()),
             pid: Some(std::process::id()),
             pidns: crate::sys::pid_namespace(),
             command: Some(command),
             since_ms,
-            ..Holder::default()
+            mode: None,
+            key: None,
         }
     }
+}
 
+/// A holder record read back from a server, as the holder `status` shows: only the fields dlock
+/// writes are read ([`Record`]); `None` for bytes that are not a record.
+pub(crate) fn read_record(bytes: &[u8]) -> Option<Holder> {
+    serde_json::from_slice::<Record>(bytes)
+        .ok()
+        .map(Holder::from)
+}
+
+impl Holder {
     /// "host-a pid 4242" (or what is known of it), for messages; the host is escaped for a
     /// terminal ([`crate::report::clean`]): it came from a server or another process.
     pub(crate) fn short(&self) -> String {
@@ -117,7 +128,7 @@ pub(crate) struct Request<'a> {
     /// When to give up waiting.
     pub deadline: Deadline,
     /// Metadata to store beside the lock.
-    pub holder: &'a Holder,
+    pub holder: &'a Record,
     /// Fired by a signal that ends dlock (SIGINT, SIGTERM, SIGHUP, ...: see `signals`): stop
     /// waiting, leave nothing behind, return
     /// [`Interrupted`](crate::exit::Interrupted).

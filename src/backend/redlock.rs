@@ -324,7 +324,7 @@ impl Backend for Redlock {
                 .collect();
             if same.len() >= self.quorum() {
                 status.held = true;
-                let mut h: Holder = serde_json::from_str(&r.2).unwrap_or_default();
+                let mut h = super::read_record(r.2.as_bytes()).unwrap_or_default();
                 h.lease_left_ms = same
                     .iter()
                     .map(|o| o.1)
@@ -378,7 +378,7 @@ impl Redlock {
             })
         })
         .into_iter()
-        .find_map(|r| serde_json::from_str(&r.ok()??).ok())
+        .find_map(|r| super::read_record(r.ok()??.as_bytes()))
     }
 }
 

@@ -22,7 +22,7 @@ use crate::backend::{Backend, Grant, Lease, LossNotifier, RenewError, Request, h
 use crate::clock::BootInstant;
 use crate::exit::{Busy, Interrupted, Usage};
 use crate::model::Key;
-use crate::model::{Deadline, Holder, Mode};
+use crate::model::{Deadline, Holder, Mode, Record};
 use crate::report::{self, WaitingLine};
 
 pub(crate) use self::nested::{Claim, HELD_ENV};
@@ -40,7 +40,7 @@ pub(crate) struct Want<'a> {
     /// When to give up, for the whole set.
     pub deadline: Deadline,
     /// Metadata stored beside each lock.
-    pub holder: &'a Holder,
+    pub holder: &'a Record,
     /// Signals.
     pub interrupt: &'a Interrupt,
 }
@@ -216,7 +216,7 @@ fn acquire_one(
     let on_holder = |h: &Holder| line.holder(h);
     let waiting = format!("waiting for '{key}'");
     let mut outage = Reconnecting::default();
-    let holder = Holder {
+    let holder = Record {
         key: Some(key.to_string()),
         ..want.holder.clone()
     };

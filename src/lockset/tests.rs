@@ -14,7 +14,7 @@ fn want<'a>(
     keys: &'a [Key],
     ttl: Duration,
     deadline: Deadline,
-    holder: &'a Holder,
+    holder: &'a Record,
     interrupt: &'a Interrupt,
 ) -> Want<'a> {
     Want {
@@ -27,10 +27,10 @@ fn want<'a>(
     }
 }
 
-fn me() -> Holder {
-    Holder {
+fn me() -> Record {
+    Record {
         pid: Some(std::process::id()),
-        ..Holder::default()
+        ..Record::default()
     }
 }
 

@@ -20,9 +20,7 @@ pub(super) struct Entry {
 
 impl Entry {
     fn from_kv(kv: Kv) -> Entry {
-        let record = serde_json::from_slice::<Holder>(&kv.value)
-            .ok()
-            .filter(|h| h.pid.is_some() && h.foreign.is_none());
+        let record = crate::backend::read_record(&kv.value).filter(|h| h.pid.is_some());
         Entry {
             key: kv.key,
             rev: kv.create_revision,
@@ -157,10 +155,12 @@ mod tests {
             key: format!("dlock/k/{rev:x}").into_bytes(),
             rev,
             lease: rev,
-            record: mode.map(|m| Holder {
-                pid: Some(1),
-                mode: (m != Mode::Exclusive).then_some(m),
-                ..Holder::default()
+            record: mode.map(|m| {
+                Holder::from(crate::model::Record {
+                    pid: Some(1),
+                    mode: (m != Mode::Exclusive).then_some(m),
+                    ..crate::model::Record::default()
+                })
             }),
         }
     }

@@ -39,7 +39,7 @@ use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::exit::{Interrupted, Usage};
 use crate::model::{BackendKind, Key};
-use crate::model::{Deadline, Holder, Mode, Status};
+use crate::model::{Deadline, Holder, Mode, Record, Status};
 
 /// How often a holder checks that its lock file was not removed (`dlock break`).
 const CHECK_EVERY: Duration = Duration::from_millis(500);
@@ -105,9 +105,9 @@ impl FileBackend {
             let mut data = read_data(&file).unwrap_or_default();
             let token = next_token(data.fence, &path)?;
             data.fence = Some(token);
-            data.holder = Some(Holder {
+            data.holder = Some(Entry {
+                record: req.holder.clone(),
                 fencing_token: Some(token),
-                ..req.holder.clone()
             });
             data.sharers.clear();
             data.limit = None;
@@ -140,7 +140,7 @@ impl FileBackend {
                 let data = read_data(&file).unwrap_or_default();
                 return Err(data
                     .mismatch(req)
-                    .unwrap_or_else(|| req.busy(data.some_holder())));
+                    .unwrap_or_else(|| req.busy(data.some_holder().as_ref())));
             }
             wait_for(&file, LockOp::Gate, req)?;
         }
@@ -156,7 +156,7 @@ impl FileBackend {
         let meta = file.metadata()?;
         let live = proc_locks(meta.dev(), meta.ino())?.holders;
         data.sharers
-            .retain(|h| live.iter().any(|l| Some(l.pid) == h.pid && !l.write));
+            .retain(|h| live.iter().any(|l| Some(l.pid) == h.record.pid && !l.write));
         // We hold LOCK_SH: a recorded exclusive holder is one that died without clearing it.
         data.holder = None;
         if let Some(e) = data.mismatch(req) {
@@ -174,9 +174,9 @@ impl FileBackend {
         let token = next_token(data.fence, &path)?;
         data.fence = Some(token);
         data.limit = req.mode.limit();
-        data.sharers.push(Holder {
+        data.sharers.push(Entry {
+            record: req.holder.clone(),
             fencing_token: Some(token),
-            ..req.holder.clone()
         });
         write_data(&file, &data).with_context(|| format!("cannot write {}", path.display()))?;
         unlock_gate(&file);
@@ -273,12 +273,14 @@ impl Backend for FileBackend {
         let data = read_data(&file).unwrap_or_default();
         for lock in &locks.holders {
             let recorded = if lock.write {
-                data.holder.as_ref().filter(|h| h.pid == Some(lock.pid))
+                data.holder
+                    .as_ref()
+                    .filter(|h| h.record.pid == Some(lock.pid))
             } else {
-                data.sharers.iter().find(|h| h.pid == Some(lock.pid))
+                data.sharers.iter().find(|h| h.record.pid == Some(lock.pid))
             };
             let mut holder = match recorded {
-                Some(h) => h.clone(),
+                Some(h) => h.holder(),
                 // Past the shared lock but not yet recorded: still entering (or waiting for a
                 // semaphore slot).
                 None if !lock.write => {
@@ -286,7 +288,10 @@ impl Backend for FileBackend {
                     continue;
                 }
                 None => Holder {
-                    pid: Some(lock.pid),
+                    record: Record {
+                        pid: Some(lock.pid),
+                        ..Record::default()
+                    },
                     fencing_token: data.fence,
                     ..Holder::default()
                 },
@@ -393,17 +398,38 @@ impl Lease for FileLease {
     }
 }
 
+/// A holder as the lock file keeps it: its record, and the token it got (each shared holder
+/// has its own).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(super) struct Entry {
+    #[serde(flatten)]
+    record: Record,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fencing_token: Option<u64>,
+}
+
+impl Entry {
+    /// The holder `status` shows.
+    fn holder(&self) -> Holder {
+        Holder {
+            record: self.record.clone(),
+            fencing_token: self.fencing_token,
+            ..Holder::default()
+        }
+    }
+}
+
 /// What the lock file holds.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct LockData {
     /// The last fencing token handed out.
     fence: Option<u64>,
     /// The exclusive holder, `None` when released or shared.
-    holder: Option<Holder>,
+    holder: Option<Entry>,
     /// The shared holders or semaphore slot holders (may include ones that have gone: only
     /// those whose flock shows in /proc/locks count).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    sharers: Vec<Holder>,
+    sharers: Vec<Entry>,
     /// The semaphore's size while it has holders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     limit: Option<u32>,
@@ -411,16 +437,21 @@ pub(super) struct LockData {
 
 impl LockData {
     /// Someone who holds it, for messages.
-    pub(super) fn some_holder(&self) -> Option<&Holder> {
-        self.holder.as_ref().or(self.sharers.first())
+    pub(super) fn some_holder(&self) -> Option<Holder> {
+        self.holder
+            .as_ref()
+            .or(self.sharers.first())
+            .map(Entry::holder)
     }
 
     /// How the recorded holders hold the lock ("exclusive", "shared", "--limit 3").
     fn held_as(&self) -> Option<Mode> {
         if let Some(h) = &self.holder {
-            return Some(h.mode.unwrap_or(Mode::Exclusive));
+            return Some(h.record.mode.unwrap_or(Mode::Exclusive));
         }
-        self.sharers.first().map(|h| h.mode.unwrap_or(Mode::Shared))
+        self.sharers
+            .first()
+            .map(|h| h.record.mode.unwrap_or(Mode::Shared))
     }
 
     /// The error for a request that cannot share this key with its holders: a semaphore of
@@ -505,10 +536,10 @@ fn about_to_wait(file: &File, req: &Request<'_>) -> anyhow::Result<()> {
         return Err(e);
     }
     if req.deadline == Deadline::Now {
-        return Err(req.busy(data.some_holder()));
+        return Err(req.busy(data.some_holder().as_ref()));
     }
     if let Some(holder) = data.some_holder() {
-        (req.on_holder)(holder);
+        (req.on_holder)(&holder);
     }
     Ok(())
 }
@@ -520,7 +551,7 @@ fn wait_for(file: &File, op: LockOp, req: &Request<'_>) -> anyhow::Result<()> {
         Blocked::Acquired => Ok(()),
         Blocked::TimedOut => {
             let data = read_data(file).unwrap_or_default();
-            Err(req.busy(data.some_holder()))
+            Err(req.busy(data.some_holder().as_ref()))
         }
         Blocked::Interrupted(sig) => Err(Interrupted(sig).into()),
     }

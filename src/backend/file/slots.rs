@@ -50,14 +50,14 @@ pub(super) fn take_slot(
             }
         }
         let Some(watch) = &watch else {
-            return Err(req.busy(data.some_holder()));
+            return Err(req.busy(data.some_holder().as_ref()));
         };
         if let Some(h) = data.some_holder() {
-            (req.on_holder)(h);
+            (req.on_holder)(&h);
         }
         match watch.wait(req.deadline, req.interrupt)? {
             Blocked::Acquired => {}
-            Blocked::TimedOut => return Err(req.busy(data.some_holder())),
+            Blocked::TimedOut => return Err(req.busy(data.some_holder().as_ref())),
             Blocked::Interrupted(sig) => return Err(Interrupted(sig).into()),
         }
         if !still_linked_path(path, data)? {

@@ -46,6 +46,7 @@ use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::config::redact;
 use crate::exit::{Interrupted, Unavailable, Usage};
+use crate::model::Record;
 use crate::model::{BackendKind, Key};
 use crate::model::{Holder, Mode, Status};
 use crate::signals::HardStop;
@@ -122,7 +123,7 @@ fn conflict_sql(key: &Key, mode: Mode) -> String {
              IF(IS_USED_LOCK(X'{base}') IS NULL, NULL, \
                 IF(EXISTS(SELECT 1 FROM {TABLE} WHERE name = X'{base}' \
                           AND connection_id = IS_USED_LOCK(X'{base}')), \
-                   '{{\"mode\":\"exclusive\"}}', '{{\"foreign\":\"GET_LOCK by an application\"}}')))",
+                   '{{\"mode\":\"exclusive\"}}', '{APP_HOLDS}')))",
             base = hex(&lock_name(key))
         ),
         // The run holds the key's own lock, so only semaphore slots and shared holders can be
@@ -135,6 +136,21 @@ fn conflict_sql(key: &Key, mode: Mode) -> String {
             format!("(SELECT holder {live_slots} AND holder NOT LIKE '{SHARED_RECORD}' LIMIT 1)")
         }
     }
+}
+
+/// What the conflict query ([`conflict_sql`]) answers for an application's `GET_LOCK` on the key's
+/// own name: not JSON, so no record reads as it.
+const APP_HOLDS: &str = "GET_LOCK by an application";
+
+/// The holder a conflict query's answer names: a record, or an application's `GET_LOCK`.
+fn conflict_holder(answer: &[u8]) -> Option<Holder> {
+    if answer == APP_HOLDS.as_bytes() {
+        return Some(Holder {
+            foreign: Some(APP_HOLDS.into()),
+            ..Holder::default()
+        });
+    }
+    parse_record(answer)
 }
 
 /// The error for a holder `theirs` of the key in another mode than the request's; for an
@@ -278,7 +294,7 @@ impl MysqlBackend {
         con: &mut Conn,
         name: &str,
         counter: &str,
-        holder: &Holder,
+        holder: &Record,
         conflict: &str,
         reader: Option<&Reader>,
     ) -> anyhow::Result<(u64, Option<Holder>, u64)> {
@@ -352,7 +368,7 @@ impl MysqlBackend {
             .map_err(|e| self.fail(e))
             .context("cannot record the holder")?
             .context("the fencing counter vanished")?;
-        let conflict = conflict.map(|m| parse_record(&m).unwrap_or_default());
+        let conflict = conflict.map(|m| conflict_holder(&m).unwrap_or_default());
         // A clock stepped back since the start reads as a server just started.
         Ok((fence, conflict, u64::try_from(uptime).unwrap_or(0)))
     }
@@ -473,7 +489,7 @@ impl MysqlBackend {
         let theirs: Option<Vec<u8>> = last_value(con, &format!("SELECT {conflict}"))
             .ok()
             .flatten();
-        match theirs.and_then(|m| parse_record(&m)) {
+        match theirs.and_then(|m| conflict_holder(&m)) {
             Some(h) if h.foreign.is_some() => req.busy(Some(&h)),
             Some(h) => mismatch(req, &h),
             None => busy(con),

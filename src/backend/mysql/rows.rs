@@ -11,6 +11,7 @@ use mysql::prelude::Queryable;
 use mysql::{Conn, Params};
 
 use crate::model::Holder;
+use crate::model::Record;
 use crate::signals::HardStop;
 
 /// Runs `sql` (possibly several statements) and returns the first column of the first row of
@@ -89,7 +90,7 @@ pub(super) fn exec_row<T: mysql::prelude::FromRow>(
 /// A holder record as dlock writes it: JSON in ASCII, every other character escaped
 /// (`\uXXXX`), so that it fits a column of any character set — a latin1 `dlock_locks` (the
 /// default of MariaDB before 11.6 and of MySQL 5.7) refused a key or command outside latin1.
-pub(super) fn record_text(holder: &Holder) -> serde_json::Result<String> {
+pub(super) fn record_text(holder: &Record) -> serde_json::Result<String> {
     let json = serde_json::to_string(holder)?;
     let mut out = String::with_capacity(json.len());
     let mut units = [0u16; 2];
@@ -109,7 +110,7 @@ pub(super) fn record_text(holder: &Holder) -> serde_json::Result<String> {
 /// A record read back as bytes (a column an administrator altered to a BLOB can hold any):
 /// the holder, or `None` when it is not a record (shown as unreadable).
 pub(super) fn parse_record(bytes: &[u8]) -> Option<Holder> {
-    serde_json::from_slice(bytes).ok()
+    crate::backend::read_record(bytes)
 }
 
 /// A driver error in words: the server's message and code, the I/O error, and so on, without
@@ -143,10 +144,10 @@ mod tests {
 
     #[test]
     fn records_are_ascii_and_read_back_whole() {
-        let h = Holder {
+        let h = Record {
             key: Some("ключ🔒".into()),
             command: Some("echo déjà \"vu\"".into()),
-            ..Holder::default()
+            ..Record::default()
         };
         let text = record_text(&h).unwrap();
         assert!(text.is_ascii(), "{text}");

@@ -9,7 +9,7 @@ use super::rows::{err_text, exec_row, hex, parse_record};
 use super::{COMMAND_TIMEOUT, HARD_LIMIT, MysqlBackend, TABLE, lock_name, slot_prefix};
 use crate::backend::Backend;
 use crate::model::Key;
-use crate::model::{Holder, Mode, Status};
+use crate::model::{Holder, Mode, Record, Status};
 use crate::signals::HardStop;
 
 /// The note for connection `id`'s record that does not parse.
@@ -43,7 +43,7 @@ impl MysqlBackend {
             .filter_map(|(name, holder)| {
                 let name = String::from_utf8(name).ok()?;
                 let plain = name.strip_prefix("dlock:").map(str::to_string);
-                let recorded = || parse_record(&holder)?.key;
+                let recorded = || parse_record(&holder)?.record.key;
                 Key::new(&plain.or_else(recorded)?).ok()
             })
             .collect())
@@ -207,9 +207,12 @@ impl MysqlBackend {
         .flatten()
         .map(|h| String::from_utf8_lossy(&h).into_owned());
         let h = Holder {
+            record: Record {
+                host,
+                ..Record::default()
+            },
             foreign: Some("GET_LOCK by an application".into()),
             session: Some(format!("connection {id}")),
-            host,
             ..Holder::default()
         };
         (h, false)

@@ -44,6 +44,7 @@ use super::{Backend, Lease, LossNotifier, Reach, RenewError, Request};
 use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::exit::{Interrupted, Unavailable};
+use crate::model::Record;
 use crate::model::{BackendKind, Key};
 use crate::model::{Holder, Mode, Status};
 
@@ -224,7 +225,7 @@ impl PgBackend {
         client: &Client,
         key: &Key,
         held: i64,
-        holder: &Holder,
+        holder: &Record,
     ) -> anyhow::Result<(u64, u64, Vec<(i32, Holder)>)> {
         let id = advisory_id(key);
         let meta = serde_json::to_string(holder)?;
@@ -291,7 +292,7 @@ impl PgBackend {
             .unwrap_or_default();
         let others = others
             .into_iter()
-            .filter_map(|(pid, h)| Some((pid, serde_json::from_str(&h).ok()?)))
+            .filter_map(|(pid, h)| Some((pid, crate::backend::read_record(h.as_bytes())?)))
             .collect();
         Ok((fence, u64::try_from(uptime).unwrap_or(0), others))
     }

@@ -47,7 +47,7 @@ impl PgBackend {
             .simple(client, &sql, COMMAND_TIMEOUT, "read the holder")
             .await
             .ok()?;
-        serde_json::from_str(cell(rows.first()?, 0)?).ok()
+        crate::backend::read_record(cell(rows.first()?, 0)?.as_bytes())
     }
 
     pub(super) async fn status_on(&self, client: &Client, key: &Key) -> anyhow::Result<Status> {
@@ -90,7 +90,8 @@ impl PgBackend {
             }
             shared |= cell(row, 1) == Some("ShareLock");
             let record = records.iter().find(|r| cell(r, 0) == Some(pid));
-            let parsed = record.map(|r| cell(r, 2).and_then(|m| serde_json::from_str(m).ok()));
+            let parsed =
+                record.map(|r| cell(r, 2).and_then(|m| crate::backend::read_record(m.as_bytes())));
             if let Some(None) = parsed {
                 status.notes.push(unreadable(pid));
             }
@@ -145,7 +146,8 @@ impl PgBackend {
         );
         for row in slot_rows.unwrap_or_default() {
             let pid = cell(&row, 0).unwrap_or("?");
-            let parsed: Option<Holder> = cell(&row, 2).and_then(|m| serde_json::from_str(m).ok());
+            let parsed: Option<Holder> =
+                cell(&row, 2).and_then(|m| crate::backend::read_record(m.as_bytes()));
             if parsed.is_none() {
                 status.notes.push(unreadable(pid));
             }

@@ -196,7 +196,7 @@ impl RedisBackend {
             .arg("meta")
             .query(con)
             .ok()?;
-        if let Some(h) = meta.and_then(|m| serde_json::from_str(&m).ok()) {
+        if let Some(h) = meta.and_then(|m| super::read_record(m.as_bytes())) {
             return Some(h);
         }
         let first: Vec<String> = redis::cmd("ZRANGE")
@@ -210,7 +210,7 @@ impl RedisBackend {
             .arg(first.first()?)
             .query(con)
             .ok()?;
-        serde_json::from_str(&meta?).ok()
+        super::read_record(meta?.as_bytes())
     }
 
     /// `?min-replicas=N`: waits (`WAIT N`, at most a third of the TTL and 1 s) until N replicas
@@ -484,7 +484,7 @@ impl Backend for RedisBackend {
             ..Status::new(key, self.kind(), self.node.addr.clone())
         };
         if status.held {
-            let mut h: Holder = serde_json::from_str(&meta).unwrap_or_default();
+            let mut h = super::read_record(meta.as_bytes()).unwrap_or_default();
             h.fencing_token = fence.parse().ok();
             h.lease_left_ms = u64::try_from(pttl).ok();
             status.holders.push(h);
@@ -497,7 +497,7 @@ impl Backend for RedisBackend {
             .map_err(|e| Unavailable(format!("{}: {e}", self.node.addr)))?;
         if let Some((mode, rest)) = shared.split_first() {
             for entry in rest.chunks_exact(4) {
-                let mut h: Holder = serde_json::from_str(&entry[2]).unwrap_or_default();
+                let mut h = super::read_record(entry[2].as_bytes()).unwrap_or_default();
                 h.lease_left_ms = entry[1].parse().ok();
                 h.fencing_token = entry[3].parse().ok();
                 status.holders.push(h);

@@ -110,9 +110,7 @@ pub(super) struct Queue {
 
 /// The holder record in a node's data, if it is dlock's.
 pub(super) fn dlock_record(data: &[u8]) -> Option<Holder> {
-    serde_json::from_slice::<Holder>(data)
-        .ok()
-        .filter(|h| h.pid.is_some() && h.foreign.is_none())
+    crate::backend::read_record(data).filter(|h| h.pid.is_some())
 }
 
 /// What a child of a key's node says of its holder: dlock's record with the facts only the
