@@ -107,6 +107,7 @@ impl Keeper {
             State::Idle(lease) => lease.release(),
             State::Running { stop, thread } => {
                 let _ = stop.send(());
+                // A panic aborts a release build (panic = "abort"); only a test build unwinds.
                 thread
                     .join()
                     .unwrap_or_else(|_| Err(anyhow::anyhow!("the keeper thread panicked")))

@@ -6,8 +6,7 @@
 //! Every name dlock creates ends in `lock-<sequence>`, the form Curator's `InterProcessMutex`
 //! (and kazoo with `extra_lock_patterns=["-lock-"]`) orders by: an exclusive lock's node is
 //! `_c_<uuid>-lock-<seq>`, a shared one's `_c_<uuid>-read-lock-<seq>`, a semaphore slot's
-//! `_c_<uuid>-limitN-lock-<seq>`. The names of earlier builds (`-read-<seq>`, `-limitN-<seq>`) are
-//! still understood.
+//! `_c_<uuid>-limitN-lock-<seq>`.
 
 use anyhow::Context;
 
@@ -91,7 +90,7 @@ fn split_seq(name: &str) -> Option<(&str, i32)> {
     Some((head, seq.parse().ok()?))
 }
 
-/// The mode a dlock name's part before `lock-` (or, in old names, before the sequence) says.
+/// The mode a dlock name's part before `lock-` says.
 fn mode_named(rest: &str) -> Option<Mode> {
     match rest.rsplit_once('-').map_or(rest, |(_, last)| last) {
         "read" => Some(Mode::Shared),
@@ -117,8 +116,6 @@ pub(super) fn kind_of(name: &str) -> Option<Kind> {
         Recipe::KazooReadLock
     } else if head.ends_with("__WRIT__") || head.ends_with("__READ__") {
         Recipe::CuratorReadWrite
-    } else if let Some(mode) = head.strip_suffix('-').and_then(mode_named) {
-        return Some(Kind::Lock(mode)); // an earlier build of dlock
     } else {
         Recipe::Unknown
     };
@@ -245,13 +242,8 @@ mod tests {
         );
         assert_eq!(
             kind_of("_c_x-read-0000000007"),
-            lock(Mode::Shared),
-            "an earlier build"
-        );
-        assert_eq!(
-            kind_of("_c_x-limit3-0000000007"),
-            lock(Mode::Limit(3)),
-            "an earlier build"
+            foreign(Recipe::Unknown),
+            "not a name dlock makes: waited for as an exclusive holder"
         );
         assert_eq!(
             kind_of("_c_x-limit0-lock-0000000007"),
