@@ -412,8 +412,8 @@ fn list(target: &crate::config::Target, verbosity: crate::model::Verbosity, json
         let keys = b.list_keys()?;
         if keys.len() >= backend::MAX_LISTED {
             report::warn(format_args!(
-                "the list is cut: only {} of the keys held or waited for were looked at; give \
-                 --key for one past them",
+                "the list stops at {} keys held or waited for: there may be more; give --key \
+                 for one past them",
                 backend::MAX_LISTED
             ));
         }

@@ -274,9 +274,15 @@ pub(crate) fn secrets(url: &str) -> Vec<String> {
     if url.starts_with("file:") {
         return Vec::new();
     }
+    let is_scheme = |s: &str| {
+        s.starts_with(|c: char| c.is_ascii_alphabetic())
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
+    };
     let (scheme, rest) = match url.split_once("://") {
-        Some((scheme, rest)) => (Some(scheme), rest),
-        None => match url.split_once(':') {
+        // (`redis:u:P://W@h`: a "scheme" with a ':' is no scheme; the password holds `://`.)
+        Some((scheme, rest)) if is_scheme(scheme) => (Some(scheme), rest),
+        _ => match url.split_once(':') {
             // `redis:u:PW@h`: a known scheme without `//` (in `u:PW@h`, `u` is a user).
             Some((scheme, rest)) if BackendKind::from_scheme(scheme).is_some() => {
                 (Some(scheme), rest)

@@ -320,6 +320,11 @@ impl std::ops::DerefMut for Holder {
     }
 }
 
+/// A status's mode as its name (`limit`'s size is a field of its own).
+fn mode_name<S: serde::Serializer>(mode: &Option<Mode>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(mode.map_or("", |m| m.name()))
+}
+
 /// What `dlock status` reports, and what `dlock break` removed.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Status {
@@ -336,9 +341,9 @@ pub(crate) struct Status {
     pub server_name: Option<String>,
     /// Whether anyone holds the lock now.
     pub held: bool,
-    /// How the holders hold it: "exclusive", "shared" or "limit" (absent when free).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mode: Option<&'static str>,
+    /// How the holders hold it, shown as "exclusive", "shared" or "limit" (absent when free).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "mode_name")]
+    pub mode: Option<Mode>,
     /// The semaphore's size, for mode "limit".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
@@ -383,7 +388,7 @@ impl Status {
                 .iter()
                 .find_map(|h| h.mode)
                 .unwrap_or(Mode::Exclusive);
-            self.mode = Some(mode.name());
+            self.mode = Some(mode);
             self.limit = self.limit.or(mode.limit());
         }
         self

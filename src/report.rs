@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::model::Verbosity;
-use crate::model::{Holder, Status};
+use crate::model::{Holder, Mode, Status};
 
 static LEVEL: AtomicU8 = AtomicU8::new(1);
 
@@ -269,7 +269,7 @@ pub(crate) fn list_text(backend: &str, location: &str, locks: &[Status]) -> Stri
     let rows: Vec<[String; 5]> = locks
         .iter()
         .map(|s| {
-            let mode = match (s.mode, s.limit) {
+            let mode = match (s.mode.map(Mode::name), s.limit) {
                 (Some(m), Some(n)) => format!("{m} {n}"),
                 (Some(m), None) => m.to_string(),
                 (None, _) => "-".into(),
@@ -317,7 +317,7 @@ pub(crate) fn status_text(s: &Status) -> String {
     if !s.held {
         out.push_str("  free\n");
     }
-    match (s.mode, s.limit) {
+    match (s.mode.map(Mode::name), s.limit) {
         (Some("exclusive"), _) | (None, _) => {}
         (Some(m), Some(n)) => {
             out.push_str(&format!("  mode: {m} {n} ({} held)\n", s.holders.len()))
@@ -450,9 +450,9 @@ mod tests {
                     command: a.4,
                     since_ms: b.0,
                     mode: c.0.map(|n| match n {
-                        0 => crate::model::Mode::Exclusive,
-                        1 => crate::model::Mode::Shared,
-                        n => crate::model::Mode::Limit(n),
+                        0 => Mode::Exclusive,
+                        1 => Mode::Shared,
+                        n => Mode::Limit(n),
                     }),
                 },
                 fencing_token: b.1,

@@ -290,6 +290,28 @@ fn no_malformed_url_prints_its_password() {
     }
 }
 
+/// A long generated password with a raw `/` (base64 makes them) splits a URL where a host list
+/// is read: the host-list parser quotes the piece it refuses, cut to a length — and a cut piece
+/// was no longer one the scrubber recognized. Regression: `bad port 'q8Zx3Kf0Lw9mR2tY7uB5…'`.
+#[test]
+fn a_long_password_split_into_a_host_list_is_not_printed() {
+    let pw = "q8Zx3Kf0Lw9mR2tY7uB5nC1vD4eH6jA+/x";
+    let pieces = ["q8Zx3Kf0Lw9mR2tY7uB5", "nC1vD4eH6jA"];
+    for url in [
+        format!("zk://u:{pw}@127.0.0.1:1"),
+        format!("redis://u:{pw}@127.0.0.1:1,127.0.0.1:2"),
+        format!("redis-sentinel://u:{pw}@127.0.0.1:1,127.0.0.1:2#p"),
+        format!("etcd://u:{pw}@127.0.0.1:1,127.0.0.1:2"),
+    ] {
+        let out = output(dlock().args(["run", "-n", "-k", "x", "--url", &url, "--", "true"]));
+        let all = describe(&out);
+        for piece in pieces {
+            assert!(!all.contains(piece), "{url}: printed the password:\n{all}");
+        }
+        assert_ne!(out.status.code(), Some(0), "{all}");
+    }
+}
+
 #[test]
 fn help_and_version_exit_0() {
     let out = run_ok(dlock().arg("--help"));

@@ -470,7 +470,7 @@ fn status_lists_every_held_lock_past_stale_keys_and_says_when_cut() {
     );
     let out = run_ok(b.cmd("status").arg("--json"));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("the list is cut"),
+        String::from_utf8_lossy(&out.stderr).contains("the list stops at"),
         "{}",
         describe(&out)
     );

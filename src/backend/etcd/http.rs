@@ -1,4 +1,4 @@
-//! etcd's JSON gateway (`POST /v3/...`, on the client port of every etcd since 3.3) over dlock's
+//! etcd's JSON gateway (`POST /v3/...`, on the client port of every etcd since 3.4) over dlock's
 //! own sockets ([`crate::backend::net`]): HTTP/1.1 with keep-alive, one deadline per request, a
 //! bounded reply, and a forwarded signal ending any wait on the main thread. Bytes travel as
 //! base64 and 64-bit integers as decimal strings, as the gateway encodes them.

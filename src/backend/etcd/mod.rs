@@ -170,7 +170,8 @@ impl EtcdBackend {
             .call("/v3/kv/range", &range_request(prefix, before))
             .map_err(|e| self.fail(e))?;
         let r: reply::Range = decode(&r, "range").map_err(|e| self.bad_reply(e))?;
-        Ok((queue::entries(prefix, r.kvs), r.header.revision))
+        let entries = queue::entries(prefix, r.kvs).map_err(Unavailable)?;
+        Ok((entries, r.header.revision))
     }
 
     /// The error for a reply that is not what etcd sends.
@@ -319,7 +320,7 @@ impl Backend for EtcdBackend {
             }
         }
         if let Some(first) = entries.first() {
-            status.mode = Some(first.mode().name());
+            status.mode = Some(first.mode());
             status.limit = first.mode().limit();
         }
         Ok(status)
@@ -401,6 +402,7 @@ impl EtcdBackend {
             .ok_or_else(|| self.bad_reply("a transaction reply without its range 1".into()))?;
         let mut read = Some((
             queue::entries(prefix, queued.kvs)
+                .map_err(Unavailable)?
                 .into_iter()
                 .filter(|e| e.rev < rev)
                 .collect::<Vec<_>>(),

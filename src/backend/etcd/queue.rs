@@ -78,12 +78,25 @@ pub(super) fn in_lock(prefix: &[u8], key: &[u8]) -> bool {
         .is_some_and(|own| !own.is_empty() && !own.contains(&b'/'))
 }
 
-/// The entries of the lock `prefix` in a range reply.
-pub(super) fn entries(prefix: &[u8], kvs: Vec<Kv>) -> Vec<Entry> {
-    kvs.into_iter()
+/// The entries of the lock `prefix` in a range reply. A reply cut at [`MAX_QUEUE`] keys of
+/// which some were deeper ones (not this lock's) may have left the lock's own older entries
+/// out: then nobody can tell from it who holds, and it is an error, never "none older".
+pub(super) fn entries(prefix: &[u8], kvs: Vec<Kv>) -> Result<Vec<Entry>, String> {
+    let cut = kvs.len() >= MAX_QUEUE;
+    let read = kvs.len();
+    let entries: Vec<Entry> = kvs
+        .into_iter()
         .filter(|kv| in_lock(prefix, &kv.key))
         .map(Entry::from_kv)
-        .collect()
+        .collect();
+    if cut && entries.len() < read {
+        return Err(format!(
+            "the range of {} holds over {MAX_QUEUE} keys, keys below the lock among them: \
+             dlock cannot tell who holds it",
+            String::from_utf8_lossy(prefix)
+        ));
+    }
+    Ok(entries)
 }
 
 /// Where `mode`, whose key has revision `mine`, stands among the older `entries`.
@@ -163,6 +176,32 @@ mod tests {
                 })
             }),
         }
+    }
+
+    fn kv(key: &str, rev: i64) -> Kv {
+        Kv {
+            key: key.as_bytes().to_vec(),
+            value: Vec::new(),
+            create_revision: rev,
+            lease: rev,
+        }
+    }
+
+    /// A page cut at MAX_QUEUE with deeper keys in it cannot say "none older" (which would be
+    /// "I hold"): it is an error. Regression: 10,000 keys of `dlock/a/x/…` made before `a`'s
+    /// holder filtered down to an empty queue.
+    #[test]
+    fn a_cut_page_with_deeper_keys_is_an_error() {
+        let deeper: Vec<Kv> = (1..=MAX_QUEUE as i64)
+            .map(|r| kv(&format!("dlock/a/x/{r:x}"), r))
+            .collect();
+        assert!(entries(b"dlock/a/", deeper).is_err());
+        let own: Vec<Kv> = (1..=MAX_QUEUE as i64)
+            .map(|r| kv(&format!("dlock/a/{r:x}"), r))
+            .collect();
+        assert_eq!(entries(b"dlock/a/", own).unwrap().len(), MAX_QUEUE);
+        let few = vec![kv("dlock/a/x/1", 1), kv("dlock/a/2", 2)];
+        assert_eq!(entries(b"dlock/a/", few).unwrap().len(), 1);
     }
 
     #[test]

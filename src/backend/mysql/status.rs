@@ -38,15 +38,27 @@ impl MysqlBackend {
             Err(mysql::Error::MySqlError(e)) if e.code == 1146 => Vec::new(), // no table yet
             Err(e) => return Err(self.fail(e)),
         };
-        Ok(rows
+        let mut unnamed = 0usize;
+        let keys = rows
             .into_iter()
             .filter_map(|(name, holder)| {
-                let name = String::from_utf8(name).ok()?;
+                let name = String::from_utf8_lossy(&name);
                 let plain = name.strip_prefix("dlock:").map(str::to_string);
                 let recorded = || parse_record(&holder)?.record.key;
-                Key::new(&plain.or_else(recorded)?).ok()
+                let key = plain.or_else(recorded).and_then(|k| Key::new(&k).ok());
+                unnamed += usize::from(key.is_none());
+                key
             })
-            .collect())
+            .collect();
+        if unnamed > 0 {
+            // A hashed lock name (a long or non-ASCII key, a semaphore slot) names its key only
+            // in its record: one that cannot be read leaves nothing to list it under.
+            crate::report::warn(format_args!(
+                "{unnamed} held lock(s) in {TABLE} have a record dlock cannot read, and no key \
+                 to list them under"
+            ));
+        }
+        Ok(keys)
     }
 
     pub(super) fn status_of(&self, key: &Key) -> anyhow::Result<Status> {
@@ -211,7 +223,7 @@ impl MysqlBackend {
                 host,
                 ..Record::default()
             },
-            foreign: Some("GET_LOCK by an application".into()),
+            foreign: Some(super::APP_HOLDS.into()),
             session: Some(format!("connection {id}")),
             ..Holder::default()
         };

@@ -163,7 +163,7 @@ impl PgBackend {
             .unwrap_or(0);
         status.held = !status.holders.is_empty();
         if shared {
-            status.mode = Some(Mode::Shared.name());
+            status.mode = Some(Mode::Shared);
         }
         status.waiters = Some(waiters);
         Ok(status)

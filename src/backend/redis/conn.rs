@@ -198,7 +198,7 @@ pub(crate) fn redirect_addr(like: &ConnectionAddr, target: &str) -> Option<Conne
 /// if that is, with its certificate settings. `None` for a malformed target or a Unix socket.
 pub(crate) fn addr_like(like: &ConnectionAddr, target: &str) -> Option<ConnectionAddr> {
     let (host, port) = target.rsplit_once(':')?;
-    let port: u16 = port.parse().ok()?;
+    let port: u16 = port.parse().ok().filter(|&p| p > 0)?;
     let host = host
         .trim_start_matches('[')
         .trim_end_matches(']')
@@ -302,7 +302,7 @@ mod tests {
         let v6 = tcp("::1", 7000);
         assert_eq!(to(&v6, ":6380"), hp("::1", 6380));
         assert_eq!(to(&like, "[::1]:6380"), hp("::1", 6380));
-        for bad in ["", ":", ":x", "h:", "h:65536", "h", ":-1"] {
+        for bad in ["", ":", ":x", "h:", "h:65536", "h", ":-1", "h:0", ":0"] {
             assert_eq!(to(&like, bad), None, "{bad:?}");
         }
     }

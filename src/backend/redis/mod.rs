@@ -505,7 +505,7 @@ impl Backend for RedisBackend {
             if rest.len() >= 4 {
                 status.held = true;
                 let n: u32 = mode.parse().unwrap_or(0);
-                status.mode = Some(if n > 0 { "limit" } else { "shared" });
+                status.mode = Some(if n > 0 { Mode::Limit(n) } else { Mode::Shared });
                 status.limit = (n > 0).then_some(n);
             }
         }

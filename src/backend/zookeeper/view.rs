@@ -78,7 +78,7 @@ impl ZkBackend {
                 Kind::Lock(mode) => mode,
                 Kind::Foreign(_) => Mode::Exclusive,
             };
-            status.mode = Some(mode.name());
+            status.mode = Some(mode);
             status.limit = mode.limit();
         }
         status.holders = holders;
