@@ -70,19 +70,11 @@ fn keys_elsewhere_and_keys_with_braces() {
         .enumerate()
         .map(|(i, key)| b.holding(key, &[], &dir.join(format!("held-{i}"))))
         .collect();
-    let listed = run_ok(b.cmd("status").arg("--json"));
-    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let (listed, _) = b.listed();
     for key in &keys {
         let st = b.status(key);
         assert_eq!(st["held"], true, "{key}: {st}");
-        assert!(
-            listed
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|s| s["key"] == key.as_str()),
-            "{key} not listed: {listed}"
-        );
+        assert!(listed.contains(key), "{key} not listed: {listed:?}");
         run_code(&mut b.run(key, &["--no-wait"], &["true"]), 75);
     }
     for h in &mut holders {
@@ -201,16 +193,8 @@ fn redirects_without_a_host_go_to_the_host_asked() {
     let mut holder = b.holding(&key, &[], &dir.join("held"));
     let st = b.status(&key);
     assert_eq!(st["held"], true, "{st}");
-    let listed = run_ok(b.cmd("status").arg("--json"));
-    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
-    assert!(
-        listed
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|s| s["key"] == key.as_str()),
-        "{key} not listed: {listed}"
-    );
+    let (listed, _) = b.listed();
+    assert!(listed.contains(&key), "{key} not listed: {listed:?}");
     let waiter = b.holding_later(&key, &dir.join("waited"));
     crate::conformance::wait_until_waiting(&b, &key, 1);
     // Renewals (every TTL/3) go through the redirect too: the holder outlives its TTL.

@@ -222,6 +222,19 @@ impl TestBackend {
         serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
     }
 
+    /// `status --json` without a key: the keys it lists, and its output.
+    pub(crate) fn listed(&self) -> (Vec<String>, Output) {
+        let out = run_ok(self.cmd("status").arg("--json"));
+        let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON array");
+        let keys = all
+            .as_array()
+            .expect("a JSON array")
+            .iter()
+            .filter_map(|s| s["key"].as_str().map(str::to_string))
+            .collect();
+        (keys, out)
+    }
+
     /// Whether `--no-wait` gets the lock right now.
     pub(crate) fn is_free(&self, key: &str) -> bool {
         let out = output(&mut self.run(key, &["--no-wait"], &["true"]));
