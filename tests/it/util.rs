@@ -237,7 +237,14 @@ impl TestBackend {
 
     /// Whether `--no-wait` gets the lock right now.
     pub(crate) fn is_free(&self, key: &str) -> bool {
-        let out = output(&mut self.run(key, &["--no-wait"], &["true"]));
+        self.is_free_in(key, &[])
+    }
+
+    /// Whether `--no-wait` in the mode `mode` (`--shared`, `--limit N`) gets the lock right now:
+    /// a probe in another mode than the holders' is refused (exit 2), not told it is busy.
+    pub(crate) fn is_free_in(&self, key: &str, mode: &[&str]) -> bool {
+        let probe = [mode, &["--no-wait"]].concat();
+        let out = output(&mut self.run(key, &probe, &["true"]));
         match out.status.code() {
             Some(0) => true,
             Some(75) => false,
