@@ -11,7 +11,7 @@
 //! registered. The child gets an empty mask and default dispositions (std resets both on spawn).
 
 use std::io;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -162,12 +162,34 @@ const FROM_TERMINAL: i32 = 1 << 16;
 pub(crate) fn interrupts_network_waits() -> Option<std::os::fd::BorrowedFd<'static>> {
     static FD: OnceLock<Option<std::os::fd::OwnedFd>> = OnceLock::new();
     use std::os::fd::AsFd;
-    if MAIN_THREAD.get() != Some(&Thread::current()) {
+    if MAIN_THREAD.get() != Some(&Thread::current()) || GIVING_BACK.load(Ordering::SeqCst) {
         return None;
     }
     FD.get_or_init(|| sys::signal_fd(&SigSet::of(&sets().forwarded)).ok())
         .as_ref()
         .map(|fd| fd.as_fd())
+}
+
+/// Set while a [`GivingBack`] lives.
+static GIVING_BACK: AtomicBool = AtomicBool::new(false);
+
+/// While this lives, network waits on the main thread are not ended by a signal: for giving
+/// back what a wait a signal ended had taken (a waiter's etcd lease and key, a Redis waiter
+/// entry), each request under its own short deadline. Ended at once, the give-back failed, and
+/// the key blocked the next waiter until its TTL ran out (seen: a freed `--limit` slot taken
+/// 2.3 s late). The signal stays pending for the caller.
+pub(crate) struct GivingBack(());
+
+/// See [`GivingBack`].
+pub(crate) fn giving_back() -> GivingBack {
+    GIVING_BACK.store(true, Ordering::SeqCst);
+    GivingBack(())
+}
+
+impl Drop for GivingBack {
+    fn drop(&mut self) {
+        GIVING_BACK.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Whether a network wait on the main thread already took a signal that nobody has collected
@@ -327,7 +349,7 @@ struct Watcher {
     handle: std::thread::JoinHandle<()>,
     /// This watcher's own stop flag: a watcher being stopped and the next one started by
     /// another thread's waiter must not share one.
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<AtomicBool>,
 }
 
 impl Watcher {
@@ -408,7 +430,7 @@ impl Interrupt {
         if watcher.is_some() || MAIN_THREAD.get().is_none() {
             return Ok(()); // running, or signals are not blocked (tests): nothing to take
         }
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         // The thread shares the state it fires; the last guard's drop stops and joins it.
@@ -439,14 +461,12 @@ impl Interrupt {
 /// a poke that lands just before the call starts is lost, so [`Interrupt::on_fire`] gets a waker
 /// that repeats `poke` every 10 ms (for at most 5 s) until the waiter calls [`Blocked::done`].
 #[derive(Clone)]
-pub(crate) struct Blocked(std::sync::Arc<std::sync::atomic::AtomicBool>);
+pub(crate) struct Blocked(std::sync::Arc<AtomicBool>);
 
 impl Blocked {
     /// A waiter about to block.
     pub(crate) fn new() -> Blocked {
-        Blocked(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
-            true,
-        )))
+        Blocked(std::sync::Arc::new(AtomicBool::new(true)))
     }
 
     /// The waiter is out of its blocking call: stop poking. Call before dropping the guard.

@@ -237,6 +237,13 @@ pub(crate) fn limit_waiter_takes_a_freed_slot_at_once_and_leaves_nothing_when_in
     quitter.signal(libc::SIGINT);
     let (out, _) = quitter.wait(Duration::from_secs(5));
     assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    // Nothing of it is left: no waiter entry (an etcd waiter's key kept until its lease ran
+    // out held the next waiter back for a TTL).
+    let st = b.status(&key);
+    assert!(
+        st["waiters"].as_u64().is_none_or(|w| w == 0),
+        "the interrupted waiter left an entry: {st}"
+    );
     // A waiter gets the slot a holder frees, at once.
     let ran = dir.join("ran");
     let waiter = Proc::spawn(&mut b.run(

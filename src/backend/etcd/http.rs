@@ -108,6 +108,8 @@ pub(super) struct Client {
     token: Option<String>,
     /// Whether a member ever answered this process.
     pub(super) reach: Reach,
+    /// How long one request may take.
+    request_timeout: Duration,
 }
 
 impl Client {
@@ -118,7 +120,14 @@ impl Client {
             con: None,
             token: None,
             reach,
+            request_timeout: REQUEST_TIMEOUT,
         }
+    }
+
+    /// Bounds each request (connecting included) by `limit` from now on: for giving a lease
+    /// back after a signal, which must not hold up the exit.
+    pub(super) fn hurry(&mut self, limit: Duration) {
+        self.request_timeout = limit;
     }
 
     /// A connection to the first member that accepts, starting with the last one that worked.
@@ -128,7 +137,7 @@ impl Client {
         for i in 0..n {
             let at = (self.current + i) % n;
             let (host, port) = &self.ends.hosts[at];
-            let deadline = Instant::now() + CONNECT_TIMEOUT;
+            let deadline = Instant::now() + CONNECT_TIMEOUT.min(self.request_timeout);
             match Stream::tcp(host, *port, self.ends.tls, deadline, MAX_REPLY) {
                 Ok(s) => {
                     self.current = at;
@@ -178,7 +187,7 @@ impl Client {
                 self.authenticate()?;
             }
         }
-        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        let deadline = Instant::now() + self.request_timeout;
         let token = self.token.clone();
         let con = self.con.as_mut().expect("connected above");
         let result = exchange(con, path, body, token.as_deref(), deadline);

@@ -41,6 +41,8 @@ use crate::model::{BackendKind, Key};
 use crate::model::{Deadline, Mode, Status};
 
 const DEFAULT_URL: &str = "etcd://127.0.0.1:2379";
+/// How long giving a waiter's lease back may take after a signal.
+const SIGNALLED_LIMIT: Duration = Duration::from_millis(300);
 /// The most keys of one prefix read at once.
 const MAX_QUEUE: usize = 10_000;
 
@@ -181,8 +183,8 @@ impl EtcdBackend {
 
     /// Revokes `lease` (deleting its key); whether it is gone (revoked now, or before).
     fn revoke(c: &mut Client, lease: i64) -> bool {
-        match c.call("/v3/lease/revoke", &json!({ "ID": lease.to_string() })) {
-            Ok(_) => true,
+        match revoke_lease(c, lease) {
+            Ok(()) => true,
             Err(Error::Server { message, .. }) => message.contains("lease not found"),
             Err(_) => false,
         }
@@ -273,6 +275,12 @@ impl Backend for EtcdBackend {
                 addr: self.addr.clone(),
             })),
             Err(e) => {
+                // After a signal: quickly, and not ended by the signal itself (its wait took
+                // it, and would end every later one at once).
+                let _quiet = e.is::<Interrupted>().then(crate::signals::giving_back);
+                if e.is::<Interrupted>() {
+                    c.hurry(SIGNALLED_LIMIT);
+                }
                 if !Self::revoke(&mut c, lease) {
                     let mut abandoned = self.abandoned.lock().unwrap_or_else(|e| e.into_inner());
                     abandoned.push(lease);
@@ -589,10 +597,24 @@ impl Lease for EtcdLease {
     }
 
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
-        self.client
-            .call("/v3/lease/revoke", &json!({ "ID": self.lease.to_string() }))
-            .map_err(|e| anyhow::anyhow!("etcd {}: {e}", self.addr))?;
-        Ok(())
+        revoke_lease(&mut self.client, self.lease)
+            .map_err(|e| anyhow::anyhow!("etcd {}: {e}", self.addr))
+    }
+}
+
+/// `/v3/lease/revoke`, tried a second time (on a new connection, to the next member) when the
+/// first failed in transit: a keep-alive connection the member closed while idle fails the
+/// first request on it, and a lease not given back holds the next waiter for a TTL. Revoking
+/// twice is harmless ("lease not found").
+fn revoke_lease(c: &mut Client, lease: i64) -> Result<(), Error> {
+    let body = json!({ "ID": lease.to_string() });
+    match c.call("/v3/lease/revoke", &body) {
+        Err(e) if e.transient() => match c.call("/v3/lease/revoke", &body) {
+            // The first try did revoke it; only its reply was lost.
+            Err(Error::Server { message, .. }) if message.contains("lease not found") => Ok(()),
+            r => r.map(drop),
+        },
+        r => r.map(drop),
     }
 }
 

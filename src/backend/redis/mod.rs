@@ -251,6 +251,7 @@ impl RedisBackend {
     /// hold up the exit. (It once gave back only an exclusive lock and left the waiter entry, so
     /// `status` counted a waiter that had given up on Ctrl-C.)
     fn release_token(&self, keys: &Keys, token: &str, mode: Mode, signalled: bool) {
+        let _quiet = signalled.then(crate::signals::giving_back);
         if let Ok(mut con) = self.cleanup_connection(signalled) {
             let _: redis::RedisResult<i64> = release_for(keys, token, mode).invoke(&mut con);
             let _ = forget_waiter(&mut con, keys, token);
@@ -263,6 +264,7 @@ impl RedisBackend {
         if forget_waiter(con, keys, token).is_ok() {
             return;
         }
+        let _quiet = signalled.then(crate::signals::giving_back);
         if let Ok(mut fresh) = self.cleanup_connection(signalled) {
             let _ = forget_waiter(&mut fresh, keys, token);
         }
