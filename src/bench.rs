@@ -22,8 +22,7 @@ use serde::Serialize;
 use crate::backend::{self, Request, hostname};
 use crate::config::{Amount, BenchConfig};
 use crate::exit;
-use crate::model::Key;
-use crate::model::{Deadline, Holder, Mode, Record};
+use crate::model::{Deadline, Holder, Key, Mode, Record};
 use crate::report;
 use crate::signals::{self, Interrupt, Woken};
 

@@ -10,8 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::model::Verbosity;
-use crate::model::{Holder, Mode, Status};
+use crate::model::{Holder, Mode, Status, Verbosity};
 
 static LEVEL: AtomicU8 = AtomicU8::new(1);
 

@@ -21,8 +21,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Backend, Grant, Lease, LossNotifier, RenewError, Request, hostname};
 use crate::clock::BootInstant;
 use crate::exit::{Busy, Interrupted, Usage};
-use crate::model::Key;
-use crate::model::{Deadline, Holder, Mode, Record};
+use crate::model::{Deadline, Holder, Key, Mode, Record};
 use crate::report::{self, WaitingLine};
 
 pub(crate) use self::nested::{Claim, HELD_ENV};

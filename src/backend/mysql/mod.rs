@@ -46,8 +46,7 @@ use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::config::redact;
 use crate::exit::{Interrupted, Unavailable, Usage};
-use crate::model::Record;
-use crate::model::{BackendKind, Key};
+use crate::model::{BackendKind, Key, Record};
 use crate::model::{Holder, Mode, Status};
 use crate::signals::HardStop;
 

@@ -8,8 +8,7 @@ use mysql::prelude::Queryable;
 use super::rows::{err_text, exec_row, hex, parse_record};
 use super::{COMMAND_TIMEOUT, HARD_LIMIT, MysqlBackend, TABLE, lock_name, slot_prefix};
 use crate::backend::Backend;
-use crate::model::Key;
-use crate::model::{Holder, Mode, Record, Status};
+use crate::model::{Holder, Key, Mode, Record, Status};
 use crate::signals::HardStop;
 
 /// The note for connection `id`'s record that does not parse.

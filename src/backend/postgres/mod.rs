@@ -44,8 +44,7 @@ use super::{Backend, Lease, LossNotifier, Reach, RenewError, Request};
 use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::exit::{Interrupted, Unavailable};
-use crate::model::Record;
-use crate::model::{BackendKind, Key};
+use crate::model::{BackendKind, Key, Record};
 use crate::model::{Holder, Mode, Status};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

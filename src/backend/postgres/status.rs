@@ -8,8 +8,7 @@ use tokio_postgres::types::Type;
 use super::rows::{self, cell};
 use super::{COMMAND_TIMEOUT, PgBackend, advisory_id, advisory_on, held_ids, locked_id, slots};
 use crate::backend::Backend;
-use crate::model::Key;
-use crate::model::{Holder, Mode, Status};
+use crate::model::{Holder, Key, Mode, Status};
 
 /// The note for a holder whose dlock record does not parse.
 fn unreadable(pid: &str) -> String {

@@ -7,8 +7,7 @@ use super::queue::{Entry, Kind, Recipe, holding, kind_of, lock_queue};
 use super::session::retried;
 use super::{ZkBackend, ZkError};
 use crate::backend::Backend;
-use crate::model::Key;
-use crate::model::{Holder, Mode, Status};
+use crate::model::{Holder, Key, Mode, Status};
 
 impl ZkBackend {
     /// The contenders of `key` with their metadata, holder first, and its children that are
