@@ -10,7 +10,7 @@ use clap::Parser;
 
 use crate::backend;
 use crate::cli::{Cli, Command};
-use crate::config::{KeyConfig, RunConfig, Wait};
+use crate::config::{KeyConfig, LockConfig, RunConfig, Wait};
 use crate::exit::{self, Usage};
 use crate::keeper::{Keeper, deadline_after};
 use crate::lockset;
@@ -48,6 +48,11 @@ fn exit_code() -> u8 {
             Ok(cfg) => run(&cfg),
             Err(e) => usage(&e),
         },
+        Command::Acquire(a) => match crate::config::AcquireConfig::from_args(&a) {
+            Ok(cfg) => crate::hold::acquire(&cfg),
+            Err(e) => usage(&e),
+        },
+        Command::Release(a) => crate::hold::release(&a),
         Command::Status(a) => match &a.key {
             Some(key) => match KeyConfig::new(&a.backend, key, &a.output) {
                 Ok(cfg) => status(&cfg, a.json),
@@ -84,7 +89,7 @@ fn clap_error(e: &clap::Error) -> u8 {
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             report::error(format_args!(
-                "missing subcommand: run, status, break, bench or completions (see --help)"
+                "missing subcommand: run, acquire, release, status, break, bench or completions (see --help)"
             ));
             return exit::USAGE;
         }
@@ -103,13 +108,13 @@ fn clap_error(e: &clap::Error) -> u8 {
     exit::USAGE
 }
 
-fn usage(e: &Usage) -> u8 {
+pub(crate) fn usage(e: &Usage) -> u8 {
     report::usage_error(format_args!("{e}"));
     exit::USAGE
 }
 
 /// Prints a backend failure as "dlock: BACKEND: cause" and returns its exit code.
-fn fail(backend: &str, err: &anyhow::Error, conflict_code: u8) -> u8 {
+pub(crate) fn fail(backend: &str, err: &anyhow::Error, conflict_code: u8) -> u8 {
     let code = exit::code_for(err, conflict_code);
     if code == exit::USAGE {
         report::usage_error(format_args!("{err:#}"));
@@ -119,7 +124,8 @@ fn fail(backend: &str, err: &anyhow::Error, conflict_code: u8) -> u8 {
     code
 }
 
-fn run(cfg: &RunConfig) -> u8 {
+fn run(run: &RunConfig) -> u8 {
+    let cfg = &run.lock;
     report::set_verbosity(cfg.verbosity);
     let name = cfg.target.kind.name();
     // Before any thread exists, so that every thread inherits the mask (see `signals`).
@@ -137,27 +143,18 @@ fn run(cfg: &RunConfig) -> u8 {
     supervise::become_subreaper();
 
     let started = Instant::now();
-    let (backend, held) = match take_locks(cfg, &interrupt) {
+    let holder = Record {
+        mode: (cfg.mode != Mode::Exclusive).then_some(cfg.mode),
+        reason: cfg.reason.clone(),
+        ..Record::this_process(&run.command)
+    };
+    let (backend, held) = match take_locks(cfg, &holder, &interrupt) {
         Ok(taken) => taken,
         Err(code) => return code,
     };
     // The command's view: keys and tokens in the order given, the first one as DLOCK_KEY.
-    let tokens: Vec<Option<u64>> = cfg
-        .keys
-        .iter()
-        .map(|k| {
-            held.parts
-                .iter()
-                .find(|p| &p.key == k)
-                .and_then(|p| p.lease.fencing_token())
-        })
-        .collect();
-    let keys_text = cfg
-        .keys
-        .iter()
-        .map(|k| k.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let tokens = held.tokens_of(&cfg.keys);
+    let keys_text = cfg.keys_text();
     let claims = serde_json::to_string(&held.claims).unwrap_or_default();
     let lease = lockset::LeaseSet::join(held.parts);
     report::verbose(format_args!(
@@ -189,7 +186,7 @@ fn run(cfg: &RunConfig) -> u8 {
     };
     let env = command_env(cfg, &tokens, claims);
     let quiet = report::is_quiet();
-    let child = match supervise::spawn(&cfg.command, &env, clock.deadline, quiet, &reaper, &events)
+    let child = match supervise::spawn(&run.command, &env, clock.deadline, quiet, &reaper, &events)
     {
         Ok(c) => c,
         Err(e) => {
@@ -224,10 +221,11 @@ fn run(cfg: &RunConfig) -> u8 {
     ending.code()
 }
 
-/// Opens the backend and takes every key (waiting as configured); on failure prints the error
-/// and returns the exit code, with nothing held.
-fn take_locks(
-    cfg: &RunConfig,
+/// Opens the backend and takes every key (waiting as configured), writing `holder` beside each;
+/// on failure prints the error and returns the exit code, with nothing held.
+pub(crate) fn take_locks(
+    cfg: &LockConfig,
+    holder: &Record,
     interrupt: &signals::Interrupt,
 ) -> Result<(Box<dyn backend::Backend>, lockset::Held), u8> {
     let name = cfg.target.kind.name();
@@ -236,10 +234,6 @@ fn take_locks(
         report::error(format_args!("{why}"));
         return Err(exit::USAGE);
     }
-    let holder = Record {
-        mode: (cfg.mode != Mode::Exclusive).then_some(cfg.mode),
-        ..Record::this_process(&cfg.command)
-    };
     let deadline = match cfg.wait {
         Wait::No => Deadline::Now,
         // A wait too long to represent is a wait forever.
@@ -253,7 +247,7 @@ fn take_locks(
         mode: cfg.mode,
         ttl: cfg.ttl,
         deadline,
-        holder: &holder,
+        holder,
         interrupt,
     };
     match lockset::acquire(backend.as_ref(), &want) {
@@ -271,8 +265,8 @@ fn take_locks(
 
 /// What the command sees: `DLOCK_KEY`, `DLOCK_BACKEND`, `DLOCK_HELD`, the fencing token (when
 /// the backend has one) and, for several keys, `DLOCK_KEYS` and `DLOCK_FENCING_TOKENS`.
-fn command_env(
-    cfg: &RunConfig,
+pub(crate) fn command_env(
+    cfg: &LockConfig,
     tokens: &[Option<u64>],
     claims: String,
 ) -> Vec<(&'static str, String)> {
@@ -304,7 +298,7 @@ fn command_env(
 }
 
 /// After the command: report a loss, or release (and say how it went).
-fn finish(cfg: &RunConfig, keys_text: &str, keeper: Keeper, ending: &Ending) {
+fn finish(cfg: &LockConfig, keys_text: &str, keeper: Keeper, ending: &Ending) {
     let name = cfg.target.kind.name();
     let release_started = Instant::now();
     let released = match ending {

@@ -36,6 +36,37 @@ pub(crate) const EXIT_STATUS: &[(&str, &str)] = &[
     ("127", "the command was not found"),
 ];
 
+/// `dlock acquire`'s exit statuses.
+pub(crate) const ACQUIRE_EXIT_STATUS: &[(&str, &str)] = &[
+    (
+        "0",
+        "the lock is held; the handle and variables are printed",
+    ),
+    ("2", "usage error: bad flag, duration, key, URL or owner"),
+    ("69", "the backend was unavailable or failed"),
+    (
+        "75",
+        "lock not acquired: busy with --no-wait, or --wait ran out (change with -E)",
+    ),
+    ("128+N", "interrupted by signal N while waiting"),
+];
+
+/// `dlock release`'s exit statuses.
+pub(crate) const RELEASE_EXIT_STATUS: &[(&str, &str)] = &[
+    (
+        "0",
+        "the lock was held from acquire to release, and is given back",
+    ),
+    (
+        "2",
+        "no handle, or a malformed, another user's or already released one",
+    ),
+    (
+        "79",
+        "the lock was lost or given up on the way (or its holder process was killed)",
+    ),
+];
+
 /// Environment variables dlock reads or sets, for `--help` and the man page.
 pub(crate) fn environment() -> Vec<(&'static str, String)> {
     let backends: Vec<&str> = BackendKind::all().iter().map(|k| k.name()).collect();
@@ -75,6 +106,10 @@ const ENVIRONMENT: &[(&str, &str)] = &[
         "DLOCK_HELD",
         "set for the command: the locks it runs under, so that a nested dlock run on the same lock does not wait for itself",
     ),
+    (
+        "DLOCK_HANDLE",
+        "printed by dlock acquire (with the variables above); what dlock release gives back",
+    ),
 ];
 
 /// Examples, for `--help` and the man page.
@@ -102,6 +137,10 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     (
         "dlock run -k db --key cache -- ./migrate.sh",
         "hold both locks (taken in one order, so two such runs never deadlock)",
+    ),
+    (
+        "eval \"$(dlock acquire -k deploy --reason 'deploy v1.4')\"; ./migrate.sh; dlock release",
+        "hold 'deploy' across several commands of a script; release exits 79 if it was lost",
     ),
     (
         "dlock bench --backend redis --url redis://10.0.0.5 --clients 16",
@@ -197,6 +236,25 @@ COMMAND's whole process tree before the lock can pass on.",
         after_long_help = table("Exit status", EXIT_STATUS)
     )]
     Run(RunArgs),
+    /// Take the lock KEY and keep it in the background until `dlock release`
+    #[command(
+        long_about = "Acquire the lock KEY (waiting like `run`), leave a holder process in the \
+background that keeps the lease alive, and print a handle and the DLOCK_* variables for the \
+caller (--format). The lock is held for an owner, by default the process that ran `dlock \
+acquire` (the shell): it is released when the owner exits, and if it is lost the owner's process \
+group gets SIGTERM (SIGKILL after --kill-grace) before the lease can run out. Only the owner's \
+process group is protected: processes that leave it run on. `dlock run` is the strict form.",
+        after_long_help = table("Exit status", ACQUIRE_EXIT_STATUS)
+    )]
+    Acquire(AcquireArgs),
+    /// Give back a lock taken with `dlock acquire`; say whether it was held throughout
+    #[command(
+        long_about = "End the holder process of DLOCK_HANDLE (or --handle) and give the lock \
+back. Exits 0 when the lock was held throughout, 79 when it was lost or given up on the way (one \
+line says when and why), 2 for a handle that is malformed, another user's, or already released.",
+        after_long_help = table("Exit status", RELEASE_EXIT_STATUS)
+    )]
+    Release(ReleaseArgs),
     /// Show who holds KEY, since when, and who waits
     Status(StatusArgs),
     /// Forcibly remove the lock KEY, whoever holds it
@@ -283,12 +341,9 @@ pub(crate) struct OutputArgs {
     pub quiet: bool,
 }
 
-/// `dlock run`.
+/// The lock: which keys, how, and how long to wait (`run` and `acquire`).
 #[derive(Debug, Args)]
-pub(crate) struct RunArgs {
-    #[command(flatten)]
-    pub backend: BackendArgs,
-
+pub(crate) struct LockArgs {
     /// The lock's name (1-256 bytes of UTF-8, no control characters); repeat to hold several
     /// locks at once (taken in one fixed order, so runs never deadlock)
     #[arg(short = 'k', long, value_name = "KEY", action = ArgAction::Append, required = true)]
@@ -323,6 +378,21 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub kill_grace: Duration,
 
+    /// Why the lock is taken: stored with the holder, shown by `status` and to whoever finds
+    /// the lock busy
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+}
+
+/// `dlock run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    #[command(flatten)]
+    pub lock: LockArgs,
+
     #[command(flatten)]
     pub output: OutputArgs,
 
@@ -335,6 +405,57 @@ pub(crate) struct RunArgs {
         value_hint = clap::ValueHint::CommandWithArguments
     )]
     pub command: Vec<OsString>,
+}
+
+/// How `dlock acquire` prints what the caller needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Format {
+    /// `export NAME='value'` lines, for `eval "$(dlock acquire ...)"`
+    Sh,
+    /// One JSON object
+    Json,
+    /// `NAME=value` lines (heredoc form for several lines) to append to `$GITHUB_ENV`
+    Github,
+    /// `NAME="value"` lines, for systemd's `EnvironmentFile=`
+    Env,
+}
+
+/// `dlock acquire`.
+#[derive(Debug, Args)]
+pub(crate) struct AcquireArgs {
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    #[command(flatten)]
+    pub lock: LockArgs,
+
+    /// How to print the handle and the DLOCK_* variables
+    #[arg(short = 'f', long, value_name = "FORMAT", value_enum, default_value_t = Format::Sh)]
+    pub format: Format,
+
+    /// The process the lock is held for: released when it exits, its process group stopped
+    /// (SIGTERM, SIGKILL after --kill-grace) if the lock is lost; `none` for nobody (needs
+    /// --max-hold) [default: the process that runs dlock acquire]
+    #[arg(long, value_name = "PID|none")]
+    pub owner: Option<String>,
+
+    /// Give the lock up after holding it this long (stopping the owner first)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_hold: Option<Duration>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `dlock release`.
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    /// What `dlock acquire` printed as DLOCK_HANDLE
+    #[arg(long, env = "DLOCK_HANDLE", value_name = "HANDLE")]
+    pub handle: Option<String>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `dlock status`.

@@ -88,9 +88,13 @@ impl From<&cli::OutputArgs> for Verbosity {
     }
 }
 
-/// A checked `dlock run`.
+/// The longest `--reason` kept: longer text is cut (it is stored beside the lock on every
+/// backend and shown in messages).
+pub(crate) const MAX_REASON: usize = 200;
+
+/// A checked lock request, shared by `dlock run` and `dlock acquire`.
 #[derive(Clone, Debug)]
-pub(crate) struct RunConfig {
+pub(crate) struct LockConfig {
     /// Where the lock lives.
     pub target: Target,
     /// The locks' names, as given (at least one, no repeats).
@@ -105,15 +109,19 @@ pub(crate) struct RunConfig {
     pub conflict_code: u8,
     /// SIGTERM-to-SIGKILL delay.
     pub kill_grace: Duration,
+    /// `--reason`, cut to [`MAX_REASON`] characters.
+    pub reason: Option<String>,
     /// Diagnostics level.
     pub verbosity: Verbosity,
-    /// The command and its arguments; never empty.
-    pub command: Vec<OsString>,
 }
 
-impl RunConfig {
-    /// Validates `dlock run`'s arguments.
-    pub(crate) fn from_args(a: cli::RunArgs) -> Result<RunConfig, Usage> {
+impl LockConfig {
+    /// Validates the lock options.
+    pub(crate) fn from_args(
+        backend: &cli::BackendArgs,
+        a: &cli::LockArgs,
+        output: &cli::OutputArgs,
+    ) -> Result<LockConfig, Usage> {
         if a.ttl < MIN_TTL {
             return Err(Usage(format!(
                 "--ttl {} is too short; the minimum is {}",
@@ -122,13 +130,7 @@ impl RunConfig {
             )));
         }
         for (flag, d) in [("--ttl", a.ttl), ("--kill-grace", a.kill_grace)] {
-            if d > MAX_DURATION {
-                return Err(Usage(format!(
-                    "{flag} {} is too long; the maximum is {}",
-                    humantime::format_duration(d),
-                    humantime::format_duration(MAX_DURATION)
-                )));
-            }
+            check_max(flag, d)?;
         }
         let wait = match (a.no_wait, a.wait) {
             (true, _) => Wait::No,
@@ -136,9 +138,6 @@ impl RunConfig {
             (false, Some(d)) => Wait::For(d),
             (false, None) => Wait::Forever,
         };
-        if a.command.first().is_none_or(|c| c.is_empty()) {
-            return Err(Usage("COMMAND must not be empty".into()));
-        }
         let mut keys: Vec<Key> = Vec::with_capacity(a.key.len());
         for k in &a.key {
             let key = Key::new(k)?;
@@ -152,16 +151,123 @@ impl RunConfig {
             (false, 0 | 1) => Mode::Exclusive,
             (false, n) => Mode::Limit(n),
         };
-        Ok(RunConfig {
-            target: Target::from_args(&a.backend)?,
+        let reason = a
+            .reason
+            .as_deref()
+            .filter(|r| !r.trim().is_empty())
+            .map(|r| r.chars().take(MAX_REASON).collect());
+        Ok(LockConfig {
+            target: Target::from_args(backend)?,
             keys,
             mode,
             ttl: a.ttl,
             wait,
             conflict_code: a.conflict_exit_code,
             kill_grace: a.kill_grace,
-            verbosity: Verbosity::from(&a.output),
+            reason,
+            verbosity: Verbosity::from(output),
+        })
+    }
+
+    /// The keys as one text for messages: "a, b".
+    pub(crate) fn keys_text(&self) -> String {
+        let keys: Vec<&str> = self.keys.iter().map(|k| k.as_str()).collect();
+        keys.join(", ")
+    }
+}
+
+fn check_max(flag: &str, d: Duration) -> Result<(), Usage> {
+    if d > MAX_DURATION {
+        return Err(Usage(format!(
+            "{flag} {} is too long; the maximum is {}",
+            humantime::format_duration(d),
+            humantime::format_duration(MAX_DURATION)
+        )));
+    }
+    Ok(())
+}
+
+/// A checked `dlock run`.
+#[derive(Clone, Debug)]
+pub(crate) struct RunConfig {
+    /// The lock.
+    pub lock: LockConfig,
+    /// The command and its arguments; never empty.
+    pub command: Vec<OsString>,
+}
+
+impl RunConfig {
+    /// Validates `dlock run`'s arguments.
+    pub(crate) fn from_args(a: cli::RunArgs) -> Result<RunConfig, Usage> {
+        let lock = LockConfig::from_args(&a.backend, &a.lock, &a.output)?;
+        if a.command.first().is_none_or(|c| c.is_empty()) {
+            return Err(Usage("COMMAND must not be empty".into()));
+        }
+        Ok(RunConfig {
+            lock,
             command: a.command,
+        })
+    }
+}
+
+/// For whom `dlock acquire` holds the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// The process that ran `dlock acquire` (its parent).
+    Caller,
+    /// The process with this id.
+    Pid(u32),
+    /// Nobody: the lock is given up after `--max-hold`.
+    Nobody,
+}
+
+/// A checked `dlock acquire`.
+#[derive(Clone, Debug)]
+pub(crate) struct AcquireConfig {
+    /// The lock.
+    pub lock: LockConfig,
+    /// How to print the result.
+    pub format: cli::Format,
+    /// Whom the lock is held for.
+    pub owner: Owner,
+    /// Give the lock up after this long.
+    pub max_hold: Option<Duration>,
+}
+
+impl AcquireConfig {
+    /// Validates `dlock acquire`'s arguments.
+    pub(crate) fn from_args(a: &cli::AcquireArgs) -> Result<AcquireConfig, Usage> {
+        let lock = LockConfig::from_args(&a.backend, &a.lock, &a.output)?;
+        let owner = match a.owner.as_deref().map(str::trim) {
+            None => Owner::Caller,
+            Some("none") => Owner::Nobody,
+            Some(text) => match text.parse::<u32>() {
+                Ok(pid) if pid > 1 && pid <= i32::MAX as u32 => Owner::Pid(pid),
+                _ => {
+                    return Err(Usage(format!(
+                        "--owner '{}' is neither a process id (above 1) nor 'none'",
+                        crate::report::clean(text, 40)
+                    )));
+                }
+            },
+        };
+        if let Some(d) = a.max_hold {
+            check_max("--max-hold", d)?;
+            if d.is_zero() {
+                return Err(Usage("--max-hold must be longer than 0".into()));
+            }
+        }
+        if owner == Owner::Nobody && a.max_hold.is_none() {
+            return Err(Usage(
+                "--owner none needs --max-hold DURATION: with nobody to stop, the lock must end by itself"
+                    .into(),
+            ));
+        }
+        Ok(AcquireConfig {
+            lock,
+            format: a.format,
+            owner,
+            max_hold: a.max_hold,
         })
     }
 }

@@ -28,6 +28,21 @@ pub enum Event {
     RenewFailed(String),
     /// The backend says the lease is gone.
     Lost(String),
+    /// For `dlock acquire`'s holder process (never sent during a `dlock run`).
+    Holder(HolderEvent),
+}
+
+/// What the holder process of `dlock acquire` hears besides its keeper and signals.
+#[derive(Debug)]
+pub enum HolderEvent {
+    /// `dlock acquire` printed the handle: its caller has it.
+    CallerAcked,
+    /// `dlock acquire` ended before it printed the handle: nobody has it.
+    CallerGone,
+    /// The owner process exited.
+    OwnerExited,
+    /// A process of this user sent a request (e.g. "release") on this connection.
+    Request(std::os::unix::net::UnixStream, String),
 }
 
 /// The sending side of the main thread's event queue, for other threads: each send also wakes

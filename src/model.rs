@@ -269,6 +269,27 @@ pub(crate) struct Record {
     /// How it holds (or waits for) the lock; absent means exclusive.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
+    /// Why the lock is taken (`--reason`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Set when the lock is held by `dlock acquire`'s holder process (whose pid is `pid`) for
+    /// an owner, rather than by a `dlock run` for its command.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<OwnerRecord>,
+}
+
+/// Whom an acquire-held lock is held for, as stored beside the lock.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub(crate) struct OwnerRecord {
+    /// The owner's pid; absent for `--owner none`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The owner's command line, arguments joined by spaces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// `--max-hold`, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_hold_ms: Option<u64>,
 }
 
 /// A holder (or waiter) as `status` shows it: dlock's [`Record`] where there is one, and what

@@ -332,6 +332,12 @@ pub(crate) fn status_text(s: &Status) -> String {
         if let Some(c) = &h.command {
             out.push_str(&format!("    command: {}\n", clean(c, MAX_FIELD)));
         }
+        if let Some(o) = &h.owner {
+            out.push_str(&format!("    {}\n", owner_text(o)));
+        }
+        if let Some(r) = &h.reason {
+            out.push_str(&format!("    reason: {}\n", clean(r, MAX_FIELD)));
+        }
         if let Some(n) = &h.node {
             out.push_str(&format!("    node: {}\n", clean(n, MAX_FIELD)));
         }
@@ -370,6 +376,26 @@ pub(crate) fn status_text(s: &Status) -> String {
         out.push_str(&format!("  note: {}\n", clean(n, MAX_LINE)));
     }
     out
+}
+
+/// How `status` shows an acquire-held lock: "held by dlock acquire for pid 4200 (bash
+/// deploy.sh), at most 10m".
+fn owner_text(o: &crate::model::OwnerRecord) -> String {
+    let mut text = String::from("held by dlock acquire for ");
+    match o.pid {
+        Some(pid) => text.push_str(&format!("pid {pid}")),
+        None => text.push_str("no owner process"),
+    }
+    if let Some(c) = &o.command {
+        text.push_str(&format!(" ({})", clean(c, MAX_FIELD)));
+    }
+    if let Some(ms) = o.max_hold_ms {
+        text.push_str(&format!(
+            ", at most {}",
+            short_duration(Duration::from_millis(ms))
+        ));
+    }
+    text
 }
 
 /// `dlock break`'s report of what it removed.
@@ -453,6 +479,7 @@ mod tests {
                         1 => Mode::Shared,
                         n => Mode::Limit(n),
                     }),
+                    ..Default::default()
                 },
                 fencing_token: b.1,
                 lease_left_ms: b.2,

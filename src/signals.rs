@@ -83,6 +83,14 @@ pub(crate) fn forwarded_set() -> u64 {
         .fold(0, |set, &s| set | 1 << (s - 1))
 }
 
+/// What a process that only waits for its child passes on to it (`dlock acquire` waiting for
+/// its holder): the forwarded signals and SIGUSR1; and SIGCHLD, to hear of the child's end.
+pub(crate) fn relayed() -> Vec<i32> {
+    let mut set = sets().watcher.clone();
+    set.push(libc::SIGCHLD);
+    set
+}
+
 /// Whether dlock forwards `sig` to the command (and exits 128+`sig`).
 pub(crate) fn is_forwarded(sig: i32) -> bool {
     sig == WAKE || sets().forwarded.contains(&sig)

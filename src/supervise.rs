@@ -237,51 +237,13 @@ impl Child {
 }
 
 /// Sends each of `sigs` to every descendant of this process but `spare` (the guardian, the
-/// command, its children, orphans re-parented here) and says how many it signalled. Descendants
-/// are found in /proc; a process forked during the scan is caught by the next call.
-///
-/// Never by bare pid: a descendant that dies between the scan and the kill can have its pid
-/// handed to an unrelated process at once (pids wrap after 32768 by default, and a long-lived
-/// descendant's pid is a full cycle old). Each process is pinned with a pidfd, checked to be the
-/// one scanned (same start time), and signalled through the pidfd. This once killed another
-/// test's dlock with SIGKILL.
+/// command, its children, orphans re-parented here) and says how many it signalled.
 fn signal_descendants(sigs: &[i32], spare: Option<libc::pid_t>) -> usize {
     let me = std::process::id() as libc::pid_t;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let mut procs = Vec::new(); // (pid, ppid, start time)
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
-        if let Some((ppid, start)) = read_stat(pid) {
-            procs.push((pid, ppid, start));
-        }
-    }
-    let mut tree = vec![(me, 0)];
-    let mut i = 0;
-    while i < tree.len() {
-        let p = tree[i].0;
-        tree.extend(
-            procs
-                .iter()
-                .filter(|(_, pp, _)| *pp == p)
-                .map(|(c, _, st)| (*c, *st)),
-        );
-        i += 1;
-    }
-    let mut signalled = 0;
-    for (pid, start) in tree.into_iter().skip(1) {
-        if Some(pid) != spare && signal_pinned(pid, start, sigs) {
-            signalled += 1;
-        }
-    }
-    signalled
+    crate::procs::descendants(me)
+        .into_iter()
+        .filter(|p| Some(p.pid) != spare && p.signal(sigs))
+        .count()
 }
 
 /// SIGTERM to every descendant but the guardian, then SIGCONT: a stopped process handles its
@@ -298,31 +260,6 @@ fn kill_descendants(child: &Child) {
     if let Some(fd) = crate::sys::PidFd::open(child.guardian.pid()) {
         fd.signal(libc::SIGCONT);
     }
-}
-
-/// Signals `pid` only if it is still the process that started at `start`; says if it did.
-fn signal_pinned(pid: libc::pid_t, start: u64, sigs: &[i32]) -> bool {
-    // Gone already (or a kernel before 5.3: do not risk a recycled pid).
-    let Some(fd) = crate::sys::PidFd::open(pid) else {
-        return false;
-    };
-    if read_stat(pid).map(|(_, st)| st) != Some(start) {
-        return false;
-    }
-    for &sig in sigs {
-        fd.signal(sig);
-    }
-    true
-}
-
-/// (ppid, start time in clock ticks) from /proc/PID/stat.
-fn read_stat(pid: libc::pid_t) -> Option<(libc::pid_t, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ppid ... starttime ...": comm may contain spaces and parentheses; the
-    // fields after the last ')' start with state (field 3), so ppid is 1 and starttime (22) is 19.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
 }
 
 /// The supervisor's knowledge of the lease.
@@ -525,6 +462,7 @@ pub fn supervise(
                 }
                 _ => {}
             },
+            Event::Holder(_) => {}
             Event::AllReaped => match (&stopping, status) {
                 (Some(s), _) => return s.why.clone(),
                 (None, Some(st)) => return Ending::Exited(st),

@@ -70,6 +70,8 @@ impl Record {
             since_ms,
             mode: None,
             key: None,
+            reason: None,
+            owner: None,
         }
     }
 }
@@ -106,6 +108,24 @@ impl Holder {
             (None, Some(p)) => format!("pid {p}"),
             (None, None) => "an unknown holder".into(),
         }
+    }
+
+    /// "host-a pid 4242 for 3m: deploy v1.4": [`Holder::short`], how long it has held the lock
+    /// and its `--reason`, where known; for "busy" messages.
+    pub(crate) fn described(&self) -> String {
+        let mut text = self.short();
+        if self.foreign.is_none() {
+            if let Some(d) = self.held_for() {
+                text.push_str(&format!(" for {}", crate::report::short_duration(d)));
+            }
+            if let Some(r) = &self.reason {
+                text.push_str(&format!(
+                    ": {}",
+                    crate::report::clean(r, crate::report::MAX_FIELD)
+                ));
+            }
+        }
+        text
     }
 
     /// How long it has held the lock, if known.
@@ -157,7 +177,7 @@ impl Request<'_> {
     pub(crate) fn busy(&self, holder: Option<&Holder>) -> anyhow::Error {
         let waited = self.deadline != Deadline::Now;
         Busy {
-            holder: holder.map(Holder::short),
+            holder: holder.map(Holder::described),
             waited,
             why: None,
         }

@@ -24,7 +24,7 @@ use crate::exit::{Busy, Interrupted, Usage};
 use crate::model::{Deadline, Holder, Key, Mode, Record};
 use crate::report::{self, WaitingLine};
 
-pub(crate) use self::nested::{Claim, HELD_ENV};
+pub(crate) use self::nested::{Claim, Detached, HELD_ENV};
 use self::nested::{Inherited, inherited, still_held};
 use crate::signals::Interrupt;
 
@@ -97,6 +97,20 @@ pub(crate) struct Held {
     pub claims: Vec<Claim>,
 }
 
+impl Held {
+    /// The fencing token of each of `keys` (in that order), `None` where there is none.
+    pub(crate) fn tokens_of(&self, keys: &[Key]) -> Vec<Option<u64>> {
+        keys.iter()
+            .map(|k| {
+                self.parts
+                    .iter()
+                    .find(|p| &p.key == k)
+                    .and_then(|p| p.lease.fencing_token())
+            })
+            .collect()
+    }
+}
+
 /// `keys` sorted bytewise: the one order every run takes them in.
 pub(crate) fn canonical(keys: &[Key]) -> Vec<&Key> {
     let mut sorted: Vec<&Key> = keys.iter().collect();
@@ -163,6 +177,11 @@ pub(crate) fn acquire(backend: &dyn Backend, want: &Want<'_>) -> anyhow::Result<
                     pid: std::process::id(),
                     pidns: want.holder.pidns,
                     since_ms: want.holder.since_ms,
+                    detached: want
+                        .holder
+                        .owner
+                        .as_ref()
+                        .map(|o| Detached { owner: o.pid }),
                 });
                 held.parts.push(Part::new(key, lease));
             }

@@ -42,6 +42,36 @@ pub(crate) struct Claim {
     /// When it acquired the lock (ms since the epoch), as stored beside the lock.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub since_ms: Option<u64>,
+    /// Set for a lock held by `dlock acquire`'s holder process (`pid`), which is not an ancestor
+    /// of the processes it holds the lock for: those descend from the owner instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detached: Option<Detached>,
+}
+
+/// Whom a `dlock acquire` holder holds its lock for (see [`Claim::detached`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Detached {
+    /// The owner's pid; `None` for `--owner none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<u32>,
+}
+
+impl Claim {
+    /// Whether the process that made this claim is still the one a nested run may trust: for a
+    /// `dlock run`, an ancestor of this process; for a `dlock acquire` holder, a live process of
+    /// this user (and the owner, if there is one, an ancestor).
+    fn holder_is_related(&self) -> bool {
+        match &self.detached {
+            None => is_ancestor(self.pid),
+            Some(d) => d.owner.is_none_or(is_ancestor) && is_ours(self.pid),
+        }
+    }
+}
+
+/// Whether `pid` is a live process of this user (its `/proc` directory is owned by our uid).
+fn is_ours(pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == crate::sys::euid())
 }
 
 /// The claims inherited from enclosing runs; unreadable content is ignored (with `-v`).
@@ -65,7 +95,10 @@ pub(crate) fn inherited() -> Vec<Claim> {
 /// that is pid 1 of its own (the forger's pid 1 is its ancestor too).
 pub(super) fn still_held(backend: &dyn Backend, key: &Key, claim: &Claim) -> anyhow::Result<bool> {
     let here = crate::sys::pid_namespace();
-    if claim.host != hostname() || here.is_none() || claim.pidns != here || !is_ancestor(claim.pid)
+    if claim.host != hostname()
+        || here.is_none()
+        || claim.pidns != here
+        || !claim.holder_is_related()
     {
         return Ok(false);
     }
@@ -107,16 +140,14 @@ pub(super) fn parent_of(pid: u32) -> Option<u32> {
 /// A lock held by an enclosing run: nothing to renew or release here, but if that run dies the
 /// lock goes with it (its lease runs out), so its pid is checked every [`ANCESTOR_CHECK`].
 pub(super) struct Inherited {
-    token: Option<u64>,
-    pid: u32,
+    claim: Claim,
     since: BootInstant,
 }
 
 impl Inherited {
     pub(super) fn new(claim: &Claim) -> Inherited {
         Inherited {
-            token: claim.token,
-            pid: claim.pid,
+            claim: claim.clone(),
             since: BootInstant::now(),
         }
     }
@@ -125,7 +156,7 @@ impl Inherited {
 impl Lease for Inherited {
     fn grant(&self) -> Grant {
         Grant {
-            fence: self.token,
+            fence: self.claim.token,
             acquired_at: self.since,
             held_back_until: None,
         }
@@ -140,12 +171,17 @@ impl Lease for Inherited {
         true
     }
     fn renew(&mut self) -> Result<(), RenewError> {
-        if is_ancestor(self.pid) {
+        if self.claim.holder_is_related() {
             Ok(())
+        } else if self.claim.detached.is_some() {
+            Err(RenewError::Lost(format!(
+                "the dlock acquire holder (pid {}) that holds it is gone",
+                self.claim.pid
+            )))
         } else {
             Err(RenewError::Lost(format!(
                 "the enclosing dlock run (pid {}) that holds it is gone",
-                self.pid
+                self.claim.pid
             )))
         }
     }

@@ -7,12 +7,17 @@
 //! `poll`, signal masks and synchronous signal waits, thread-directed signals, `prctl`, `waitid`,
 //! pidfds, `CLOCK_BOOTTIME`, and starting the command (`spawn`).
 
+mod detach;
 mod fs;
 mod process;
 pub(crate) mod raw;
 mod signal;
 pub(crate) mod spawn;
 
+pub(crate) use detach::{
+    Forked, fork, own_process_group, parent_pid, peer_credentials, process_group_of,
+    set_parent_death_signal, setsid, signal_group, to_dev_null,
+};
 pub(crate) use fs::{Inotify, flock, ofd_lock, poll_readable, poll_ready};
 pub(crate) use process::{PidFd, become_subreaper, wait_pid, waitid_exited_nowait};
 pub(crate) use signal::{

@@ -62,6 +62,17 @@ impl PidFd {
         Some(PidFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
+    /// The descriptor: readable once the process has exited.
+    pub(crate) fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.0.as_fd()
+    }
+
+    /// Whether the pinned process has exited.
+    pub(crate) fn has_exited(&self) -> bool {
+        crate::sys::poll_readable(&[self.as_fd()], 0).is_ok_and(|r| r.first() == Some(&true))
+    }
+
     /// Sends `sig` to the pinned process (nothing if it has exited).
     pub(crate) fn signal(&self, sig: libc::c_int) {
         // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.

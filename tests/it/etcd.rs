@@ -10,6 +10,16 @@ crate::conformance!(match shared_etcd() {
     None => return,
 });
 
+/// `dlock acquire` and `dlock release` (see `acquire.rs`).
+mod acquire {
+    use super::*;
+
+    crate::acquire!(match shared_etcd() {
+        Some(e) => TestBackend::etcd(&e.url()),
+        None => return,
+    });
+}
+
 /// Shared locks, semaphores, several keys and nested runs.
 mod modes {
     use super::*;
@@ -127,6 +137,8 @@ fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
         ..TestBackend::etcd(&server.url())
     };
     crate::conformance::paused_server_stops_the_command_in_time(&b, |on| server.pause(on));
+    // The same for the owner of an acquire-held lock.
+    crate::acquire::paused_server_stops_the_owner_in_time(&b, |on| server.pause(on));
 }
 
 /// Nothing listens: exit 69 within a few seconds, the password never printed.

@@ -7,6 +7,13 @@ use crate::util::*;
 
 crate::conformance!(TestBackend::file());
 
+/// `dlock acquire` and `dlock release` (see `acquire.rs`).
+mod acquire {
+    use super::*;
+
+    crate::acquire!(TestBackend::file());
+}
+
 /// Shared locks, semaphores, several keys and nested runs.
 mod modes {
     use super::*;

@@ -1,5 +1,6 @@
 //! The one integration-test binary: drives the real `dlock` against real lock servers.
 
+mod acquire;
 mod bench;
 mod cli;
 mod conformance;

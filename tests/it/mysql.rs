@@ -10,6 +10,16 @@ crate::conformance!(match shared_mariadb() {
     None => return,
 });
 
+/// `dlock acquire` and `dlock release` (see `acquire.rs`).
+mod acquire {
+    use super::*;
+
+    crate::acquire!(match shared_mariadb() {
+        Some(m) => TestBackend::mysql(&m.url()),
+        None => return,
+    });
+}
+
 /// Shared locks, semaphores, several keys and nested runs.
 mod modes {
     use super::*;
@@ -97,6 +107,8 @@ fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
         ..TestBackend::mysql(&server.url())
     };
     crate::conformance::paused_server_stops_the_command_in_time(&b, |on| server.pause(on));
+    // The same for the owner of an acquire-held lock.
+    crate::acquire::paused_server_stops_the_owner_in_time(&b, |on| server.pause(on));
 }
 
 /// Without the privilege to create the metadata table, a clear error, not a crash.

@@ -10,6 +10,16 @@ crate::conformance!(match shared_postgres() {
     None => return,
 });
 
+/// `dlock acquire` and `dlock release` (see `acquire.rs`).
+mod acquire {
+    use super::*;
+
+    crate::acquire!(match shared_postgres() {
+        Some(p) => TestBackend::postgres(&p.url()),
+        None => return,
+    });
+}
+
 /// Shared locks, several keys and nested runs (`--limit` is refused: not supported yet).
 mod modes {
     use super::*;

@@ -12,6 +12,16 @@ crate::conformance!(match shared_redis() {
     None => return,
 });
 
+/// `dlock acquire` and `dlock release` (see `acquire.rs`).
+mod acquire {
+    use super::*;
+
+    crate::acquire!(match shared_redis() {
+        Some(url) => TestBackend::redis(&url),
+        None => return,
+    });
+}
+
 /// Shared locks, semaphores, several keys and nested runs.
 mod modes {
     use super::*;
@@ -43,6 +53,8 @@ fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
         ..TestBackend::redis(&server.url())
     };
     crate::conformance::paused_server_stops_the_command_in_time(&b, |on| server.pause(on));
+    // The same for the owner of an acquire-held lock.
+    crate::acquire::paused_server_stops_the_owner_in_time(&b, |on| server.pause(on));
 }
 
 /// Someone deletes the lock key: the holder's next renewal sees it and stops the command.

@@ -11,6 +11,16 @@ crate::conformance!(match shared_redis_cluster() {
     None => return,
 });
 
+/// `dlock acquire` and `dlock release` (see `acquire.rs`).
+mod acquire {
+    use super::*;
+
+    crate::acquire!(match shared_redis_cluster() {
+        Some(c) => TestBackend::redis(&c.url(0)),
+        None => return,
+    });
+}
+
 /// Shared locks, semaphores, several keys (in different slots: each on its own node) and nested
 /// runs.
 mod modes {

@@ -11,6 +11,16 @@ crate::conformance!(match shared_redis_sentinel() {
     None => return,
 });
 
+/// `dlock acquire` and `dlock release` (see `acquire.rs`).
+mod acquire {
+    use super::*;
+
+    crate::acquire!(match shared_redis_sentinel() {
+        Some(s) => TestBackend::redis(&s.url()),
+        None => return,
+    });
+}
+
 /// Shared locks, semaphores, several keys and nested runs, through the sentinels.
 mod modes {
     use super::*;

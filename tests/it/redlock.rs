@@ -10,6 +10,16 @@ crate::conformance!(match shared_redlock() {
     None => return,
 });
 
+/// `dlock acquire` and `dlock release` (see `acquire.rs`).
+mod acquire {
+    use super::*;
+
+    crate::acquire!(match shared_redlock() {
+        Some(urls) => TestBackend::redlock(&urls),
+        None => return,
+    });
+}
+
 /// Shared locks, semaphores, several keys and nested runs.
 mod modes {
     use super::*;

@@ -12,6 +12,16 @@ crate::conformance!(match shared_zookeeper() {
     None => return,
 });
 
+/// `dlock acquire` and `dlock release` (see `acquire.rs`).
+mod acquire {
+    use super::*;
+
+    crate::acquire!(match shared_zookeeper() {
+        Some(zk) => TestBackend::zookeeper(&zk.url()),
+        None => return,
+    });
+}
+
 /// Shared locks, semaphores, several keys and nested runs.
 mod modes {
     use super::*;
@@ -85,6 +95,8 @@ fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
         ..TestBackend::zookeeper(&zk.url())
     };
     crate::conformance::paused_server_stops_the_command_in_time(&b, |on| zk.pause(0, on));
+    // The same for the owner of an acquire-held lock.
+    crate::acquire::paused_server_stops_the_owner_in_time(&b, |on| zk.pause(0, on));
 }
 
 /// A 3-server ensemble: killing the server the holder is connected to moves the session to

@@ -1,0 +1,555 @@
+//! The holder process that `dlock acquire` leaves behind: takes the lock, tells its caller,
+//! then keeps the lease (the same keeper as `dlock run`) until `dlock release` asks for it back
+//! or the owner exits. When the lease is lost — or must be given up (`--max-hold`, a signal to
+//! the holder) — the owner's process group is stopped first: SIGTERM now, SIGKILL at the end of
+//! the grace or at the lease deadline, whichever is first, so it is gone before anyone else can
+//! hold the lock. Why it ended is kept for `release` (the end file, see [`super::handle`]).
+//!
+//! Everything here runs on the main thread but the watcher, which only turns the socket, the
+//! owner's pidfd and the caller's acknowledgement into events.
+
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::time::Duration;
+
+use super::format::Granted;
+use super::handle::{self, Reply};
+use crate::clock::BootInstant;
+use crate::config::AcquireConfig;
+use crate::events::{Event, Events, HolderEvent};
+use crate::exit;
+use crate::keeper::{Keeper, deadline_after};
+use crate::model::{Mode, OwnerRecord, Record};
+use crate::procs::{self, Proc};
+use crate::report;
+use crate::signals::{self, Woken};
+use crate::sys::{self, PidFd};
+
+/// The longest owner command line stored beside the lock.
+const MAX_OWNER_COMMAND: usize = 1000;
+
+/// The holder's life, from just after the fork; returns its exit code (nobody waits for it once
+/// the caller has the handle).
+pub(super) fn hold(
+    cfg: &AcquireConfig,
+    owner: Option<u32>,
+    to_caller: UnixStream,
+    caller: libc::pid_t,
+) -> u8 {
+    // Out of the caller's session (the terminal's Ctrl-C reaches the caller, which passes it on)
+    // and off its stdout; stderr stays the caller's until it has the handle.
+    let _ = sys::setsid();
+    let _ = sys::set_parent_death_signal(libc::SIGTERM);
+    if sys::parent_pid() != caller {
+        return exit::UNAVAILABLE; // the caller died before the death signal was armed
+    }
+    let _ = sys::to_dev_null(0);
+    let _ = sys::to_dev_null(1);
+    if let Err(e) = signals::block() {
+        report::error(format_args!("cannot block signals: {e}"));
+        return exit::UNAVAILABLE;
+    }
+    let lock = &cfg.lock;
+    let name = lock.target.kind.name();
+    let interrupt = signals::Interrupt::new();
+    let record = Record {
+        mode: (lock.mode != Mode::Exclusive).then_some(lock.mode),
+        reason: lock.reason.clone(),
+        command: None,
+        owner: Some(OwnerRecord {
+            pid: owner,
+            command: owner.and_then(command_line),
+            max_hold_ms: cfg.max_hold.map(|d| d.as_millis() as u64),
+        }),
+        ..Record::this_process(&[])
+    };
+    let (_backend, held) = match crate::app::take_locks(lock, &record, &interrupt) {
+        Ok(taken) => taken,
+        Err(code) => return code,
+    };
+    let tokens = held.tokens_of(&lock.keys);
+    let claims = serde_json::to_string(&held.claims).unwrap_or_default();
+    let lease = crate::lockset::LeaseSet::join(held.parts);
+    let keys_text = lock.keys_text();
+    if let Some(r) = signals::pending() {
+        interrupt.fire(r.signal);
+    }
+    if let Some(sig) = interrupt.fired() {
+        give_back(name, &keys_text, Keeper::new(lease, events_nowhere()));
+        return exit::signal_code(sig);
+    }
+    let (socket, listener) = match handle::listen() {
+        Ok(l) => l,
+        Err(e) => {
+            report::error(format_args!("{name}: {e:#}"));
+            give_back(name, &keys_text, Keeper::new(lease, events_nowhere()));
+            return exit::UNAVAILABLE;
+        }
+    };
+    let me = std::process::id();
+    let mut vars: Vec<(String, String)> = vec![
+        ("DLOCK_HANDLE".into(), socket.display().to_string()),
+        ("DLOCK_HOLDER_PID".into(), me.to_string()),
+    ];
+    vars.extend(
+        crate::app::command_env(lock, &tokens, claims)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v)),
+    );
+    let granted = Granted {
+        handle: socket.display().to_string(),
+        holder_pid: me,
+        backend: name.to_string(),
+        keys: lock.keys.iter().map(|k| k.to_string()).collect(),
+        tokens,
+        vars,
+    };
+    let ttl = lease.ttl();
+    let clock = Clock {
+        deadline: ttl.map(|t| deadline_after(lease.acquired_at(), t)),
+        loss_grace: ttl.map_or(lock.kill_grace, |t| lock.kill_grace.min(t / 3)),
+        give_up_at: cfg.max_hold.map(|d| BootInstant::now() + d),
+    };
+    let (tx, rx) = mpsc::channel();
+    let events = Events(tx);
+    let keeper = Keeper::new(lease, events.clone());
+    let owner_fd = owner.and_then(|p| PidFd::open(p as libc::pid_t));
+    if owner.is_some() && owner_fd.is_none() {
+        report::error(format_args!(
+            "{name}: the owner (pid {}) exited before the lock was held; it is given back",
+            owner.unwrap_or_default()
+        ));
+        give_back(name, &keys_text, keeper);
+        let _ = std::fs::remove_file(&socket);
+        return exit::UNAVAILABLE;
+    }
+    // From here the caller's exit (once it printed the handle) must not end the holder; one that
+    // died before is noticed here, or as a failed write, or as no acknowledgement.
+    let _ = sys::set_parent_death_signal(0);
+    let line = serde_json::to_string(&granted).unwrap_or_default() + "\n";
+    if sys::parent_pid() != caller || (&to_caller).write_all_ok(line.as_bytes()).is_err() {
+        give_back(name, &keys_text, keeper);
+        let _ = std::fs::remove_file(&socket);
+        return exit::UNAVAILABLE;
+    }
+    let watched = Watched {
+        caller: Some(to_caller),
+        listener,
+        owner: owner_fd
+            .as_ref()
+            .map(|fd| fd.as_fd().try_clone_to_owned())
+            .and_then(Result::ok),
+    };
+    if let Err(e) = watch(watched, events) {
+        report::error(format_args!(
+            "{name}: cannot start the holder's watcher thread: {e}"
+        ));
+        give_back(name, &keys_text, keeper);
+        let _ = std::fs::remove_file(&socket);
+        return exit::UNAVAILABLE;
+    }
+    let mut holding = Holding {
+        name,
+        keys_text,
+        socket,
+        owner,
+        owner_fd,
+        kill_grace: lock.kill_grace,
+        max_hold: cfg.max_hold,
+        stop: None,
+        answered: false,
+    };
+    holding.run(keeper, clock, &rx)
+}
+
+/// The owner and its descendants, as scanned now.
+fn targets(owner: libc::pid_t) -> Vec<Proc> {
+    let mut procs: Vec<Proc> = Proc::of(owner).into_iter().collect();
+    procs.extend(procs::descendants(owner));
+    procs
+}
+
+/// SIGTERM (and SIGCONT, for a stopped process) to the owner's group and to the owner and its
+/// descendants outside it (once each: a shell's trap would run twice).
+fn terminate(group: Option<libc::pid_t>, procs: &[Proc]) {
+    signal_all(group, procs, &[libc::SIGTERM, libc::SIGCONT]);
+}
+
+/// SIGKILL to the owner's group, the owner and its descendants.
+fn kill(group: Option<libc::pid_t>, procs: &[Proc]) {
+    signal_all(group, procs, &[libc::SIGKILL]);
+}
+
+fn signal_all(group: Option<libc::pid_t>, procs: &[Proc], sigs: &[i32]) {
+    if let Some(g) = group {
+        for &s in sigs {
+            sys::signal_group(g, s);
+        }
+    }
+    for p in procs {
+        if group.is_none() || sys::process_group_of(p.pid) != group {
+            p.signal(sigs);
+        }
+    }
+}
+
+/// A sink for a keeper that only gives back.
+fn events_nowhere() -> Events {
+    Events(mpsc::channel().0)
+}
+
+fn give_back(name: &str, keys: &str, keeper: Keeper) {
+    if let Err(e) = keeper.release() {
+        report::warn(format_args!(
+            "{name}: release of '{keys}' failed (it expires by itself): {e:#}"
+        ));
+    }
+}
+
+/// `write_all` that says only whether it worked (the caller may be gone: EPIPE).
+trait WriteAllOk {
+    fn write_all_ok(self, buf: &[u8]) -> std::io::Result<()>;
+}
+
+impl WriteAllOk for &UnixStream {
+    fn write_all_ok(mut self, buf: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        self.write_all(buf)
+    }
+}
+
+/// The owner's command line from /proc, arguments joined by spaces and cut to
+/// [`MAX_OWNER_COMMAND`] characters.
+fn command_line(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let text: Vec<String> = raw
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let text = text.join(" ");
+    (!text.is_empty()).then(|| text.chars().take(MAX_OWNER_COMMAND).collect())
+}
+
+/// The descriptors the watcher thread turns into events.
+struct Watched {
+    /// `dlock acquire`, until it acknowledges the handle.
+    caller: Option<UnixStream>,
+    /// The handle's socket.
+    listener: UnixListener,
+    /// The owner's pidfd, until it exits.
+    owner: Option<std::os::fd::OwnedFd>,
+}
+
+/// Starts the watcher thread.
+fn watch(mut w: Watched, events: Events) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("dlock-holder".into())
+        .spawn(move || {
+            loop {
+                let mut fds = vec![w.listener.as_fd()];
+                let caller_at = w.caller.as_ref().map(|c| {
+                    fds.push(c.as_fd());
+                    fds.len() - 1
+                });
+                let owner_at = w.owner.as_ref().map(|o| {
+                    fds.push(o.as_fd());
+                    fds.len() - 1
+                });
+                let Ok(ready) = sys::poll_readable(&fds, -1) else {
+                    return;
+                };
+                let is = |i: Option<usize>| i.is_some_and(|i| ready.get(i) == Some(&true));
+                let (caller, owner) = (is(caller_at), is(owner_at));
+                let listener = ready.first() == Some(&true);
+                drop(fds);
+                if caller {
+                    let mut byte = [0u8; 1];
+                    let acked = w
+                        .caller
+                        .as_ref()
+                        .is_some_and(|mut c| matches!(c.read(&mut byte), Ok(1)) && byte[0] == b'1');
+                    w.caller = None;
+                    events.send(Event::Holder(if acked {
+                        HolderEvent::CallerAcked
+                    } else {
+                        HolderEvent::CallerGone
+                    }));
+                }
+                if owner {
+                    w.owner = None;
+                    events.send(Event::Holder(HolderEvent::OwnerExited));
+                }
+                if listener {
+                    if let Ok((stream, _)) = w.listener.accept() {
+                        if let Some(request) = handle::read_request(&stream) {
+                            events.send(Event::Holder(HolderEvent::Request(stream, request)));
+                        }
+                    }
+                }
+            }
+        })
+        .map(|_| ())
+}
+
+/// What the holder knows of its lease.
+struct Clock {
+    /// When the lease runs out unless renewed; `None` if it never does by itself.
+    deadline: Option<BootInstant>,
+    /// How long before the deadline the owner is stopped when renewals fail.
+    loss_grace: Duration,
+    /// `--max-hold`'s end.
+    give_up_at: Option<BootInstant>,
+}
+
+/// Stopping the owner's process group before the lock goes.
+struct Stop {
+    /// What `release` will report.
+    reply: Reply,
+    /// Whether the lease is gone (abandon it) or still ours (give it back after the owner).
+    lost: bool,
+    /// The owner's process group, signalled (when the owner leads it).
+    group: Option<libc::pid_t>,
+    /// The owner and its descendants when the stop began.
+    procs: Vec<Proc>,
+    /// SIGKILL then, at the latest.
+    kill_at: BootInstant,
+    killed: bool,
+}
+
+struct Holding {
+    name: &'static str,
+    keys_text: String,
+    socket: PathBuf,
+    owner: Option<u32>,
+    owner_fd: Option<PidFd>,
+    kill_grace: Duration,
+    max_hold: Option<Duration>,
+    stop: Option<Stop>,
+    /// A `release` already got the stop's reply: no end file.
+    answered: bool,
+}
+
+impl Holding {
+    fn run(&mut self, mut keeper: Keeper, mut clock: Clock, rx: &Receiver<Event>) -> u8 {
+        let mut last_renew_error: Option<String> = None;
+        loop {
+            let now = BootInstant::now();
+            let mut wake = Duration::from_secs(1);
+            if let Some(due) = keeper.due() {
+                if now >= due {
+                    if let Err(e) = keeper.start() {
+                        let why = format!("cannot start the keeper thread: {e}");
+                        self.begin_stop(why, false, now + self.kill_grace);
+                    }
+                    continue;
+                }
+                wake = wake.min(due.saturating_duration_since(now));
+            }
+            match &mut self.stop {
+                None => {
+                    if let Some(deadline) = clock.deadline {
+                        let start = deadline - clock.loss_grace;
+                        if now >= start {
+                            let why = last_renew_error
+                                .take()
+                                .unwrap_or_else(|| "no reply to the last renewal yet".into());
+                            let why =
+                                format!("the lease could not be renewed before it ran out ({why})");
+                            self.begin_stop(why, true, deadline);
+                            continue;
+                        }
+                        wake = wake.min(start.saturating_duration_since(now));
+                    }
+                    if let Some(at) = clock.give_up_at {
+                        if now >= at {
+                            let held = self.max_hold.map(report::short_duration);
+                            let why =
+                                format!("given up after --max-hold {}", held.unwrap_or_default());
+                            self.begin_stop(why, false, now + self.kill_grace);
+                            continue;
+                        }
+                        wake = wake.min(at.saturating_duration_since(now));
+                    }
+                }
+                Some(s) => {
+                    let kill_at = clock.deadline.map_or(s.kill_at, |d| d.min(s.kill_at));
+                    if now >= kill_at {
+                        if let Some(pid) = self.owner {
+                            // Keep killing: what was forked since the last scan is caught now.
+                            s.procs.extend(targets(pid as libc::pid_t));
+                            s.procs.sort_by_key(|p| (p.pid, p.start));
+                            s.procs.dedup();
+                            kill(s.group, &s.procs);
+                        }
+                        s.killed = true;
+                        wake = Duration::from_millis(50);
+                    } else {
+                        wake = wake.min(kill_at.saturating_duration_since(now));
+                    }
+                    let group_gone = s.group.is_none_or(|g| !sys::signal_group(g, 0))
+                        && !s.procs.iter().any(Proc::is_running);
+                    let owner_gone = self.owner_fd.as_ref().is_none_or(PidFd::has_exited);
+                    let given_up = s.killed && now >= kill_at + Duration::from_secs(1);
+                    if (group_gone && owner_gone) || given_up {
+                        return self.finish(keeper);
+                    }
+                }
+            }
+            let event = match rx.try_recv() {
+                Ok(e) => e,
+                Err(TryRecvError::Empty) => match signals::wait(wake) {
+                    Woken::Signal(r) => Event::Signal(r),
+                    Woken::Child | Woken::Wake => continue,
+                },
+                Err(TryRecvError::Disconnected) => continue,
+            };
+            match event {
+                Event::Renewed(deadline) => {
+                    clock.deadline = Some(deadline);
+                    last_renew_error = None;
+                }
+                Event::RenewFailed(e) => last_renew_error = Some(e),
+                Event::Lost(reason) => match &mut self.stop {
+                    None => self.begin_stop(reason, true, BootInstant::now() + self.kill_grace),
+                    Some(s) => {
+                        s.lost = true;
+                        s.kill_at = s.kill_at.min(BootInstant::now() + self.kill_grace);
+                    }
+                },
+                Event::Signal(r) => {
+                    if self.stop.is_none() {
+                        let why = format!(
+                            "the holder process was stopped by {}",
+                            exit::signal_name(r.signal)
+                        );
+                        self.begin_stop(why, false, BootInstant::now() + self.kill_grace);
+                    }
+                }
+                Event::Holder(HolderEvent::CallerAcked) => {
+                    // The caller has the handle: let go of its stderr unless it is a terminal
+                    // (where a later loss is worth a line).
+                    use std::io::IsTerminal;
+                    if !std::io::stderr().is_terminal() {
+                        let _ = sys::to_dev_null(2);
+                        report::set_verbosity(crate::model::Verbosity::Quiet);
+                    }
+                }
+                Event::Holder(HolderEvent::CallerGone) => {
+                    if self.stop.is_none() {
+                        give_back(self.name, &self.keys_text, keeper);
+                        let _ = std::fs::remove_file(&self.socket);
+                        return exit::UNAVAILABLE;
+                    }
+                }
+                Event::Holder(HolderEvent::OwnerExited) => {
+                    if self.stop.is_none() {
+                        report::verbose(format_args!(
+                            "the owner exited: releasing '{}'",
+                            self.keys_text
+                        ));
+                        give_back(self.name, &self.keys_text, keeper);
+                        let _ = std::fs::remove_file(&self.socket);
+                        return 0;
+                    }
+                }
+                Event::Holder(HolderEvent::Request(stream, request)) => {
+                    if request != handle::RELEASE {
+                        continue;
+                    }
+                    match &self.stop {
+                        None => {
+                            let message = match keeper.release() {
+                                Ok(()) => String::new(),
+                                Err(e) => format!(
+                                    "{}: release of '{}' failed (it expires by itself): {e:#}",
+                                    self.name, self.keys_text
+                                ),
+                            };
+                            let _ = std::fs::remove_file(&self.socket);
+                            handle::answer(&stream, &Reply { code: 0, message });
+                            return 0;
+                        }
+                        Some(s) => {
+                            handle::answer(&stream, &s.reply);
+                            self.answered = true;
+                        }
+                    }
+                }
+                Event::ChildExited(_)
+                | Event::Leftovers
+                | Event::GuardianExited(_)
+                | Event::AllReaped => {}
+            }
+        }
+    }
+
+    /// Starts stopping the owner's process group (SIGTERM now, SIGKILL at `kill_at`) because of
+    /// `why`; `lost` when the lease is gone already.
+    fn begin_stop(&mut self, why: String, lost: bool, kill_at: BootInstant) {
+        let when = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| report::since_text(d.as_millis() as u64))
+            .unwrap_or_default();
+        let verb = if lost { "lost" } else { "gave up" };
+        let mut message = format!(
+            "{}: {verb} the lock '{}' at {when}: {why}",
+            self.name, self.keys_text
+        );
+        let mut group = None;
+        let mut procs = Vec::new();
+        if let (Some(pid), Some(fd)) = (self.owner, &self.owner_fd) {
+            if !fd.has_exited() {
+                let pid = pid as libc::pid_t;
+                // The owner's group only when the owner leads it (a job of a terminal's shell,
+                // a cron job, a service): a group someone above made holds the owner's parents.
+                group = sys::process_group_of(pid)
+                    .filter(|&g| g == pid && g != sys::own_process_group());
+                procs = targets(pid);
+                terminate(group, &procs);
+                message.push_str(&format!(
+                    "; its owner (pid {pid}){} {} sent SIGTERM",
+                    if group.is_some() {
+                        " and its process group"
+                    } else {
+                        " and what it started"
+                    },
+                    "were"
+                ));
+            }
+        }
+        report::error(format_args!("{message}"));
+        self.stop = Some(Stop {
+            reply: Reply {
+                code: exit::LOST,
+                message,
+            },
+            lost,
+            group,
+            procs,
+            kill_at,
+            killed: false,
+        });
+    }
+
+    /// The owner is gone (or cannot be killed): give the lock back (or abandon a lost lease),
+    /// leave the end file for `release`, and exit.
+    fn finish(&mut self, keeper: Keeper) -> u8 {
+        let Some(stop) = self.stop.take() else {
+            return 0;
+        };
+        if stop.lost {
+            keeper.abandon();
+        } else {
+            give_back(self.name, &self.keys_text, keeper);
+        }
+        if !self.answered {
+            handle::write_end(&self.socket, &stop.reply);
+        }
+        let _ = std::fs::remove_file(Path::new(&self.socket));
+        exit::LOST
+    }
+}

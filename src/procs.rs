@@ -1,0 +1,104 @@
+//! Processes found in `/proc`: the descendants of a process, each pinned so that a signal
+//! reaches the process that was scanned or none. Used to stop a command's whole tree
+//! (`supervise`) and an acquire-held lock's owner with what it started (`hold`).
+
+/// A process as scanned: its pid and start time (clock ticks since boot), which together name
+/// it even after the pid is reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Proc {
+    /// Its pid.
+    pub pid: libc::pid_t,
+    /// Its start time, from `/proc/PID/stat`.
+    pub start: u64,
+}
+
+impl Proc {
+    /// The process `pid` now, if it exists.
+    pub(crate) fn of(pid: libc::pid_t) -> Option<Proc> {
+        read_stat(pid).map(|(_, start)| Proc { pid, start })
+    }
+
+    /// Sends each of `sigs` to this process if it is still the one scanned; says if it did.
+    ///
+    /// Never by bare pid: a process that dies between the scan and the kill can have its pid
+    /// handed to an unrelated process at once (pids wrap after 32768 by default, and a
+    /// long-lived process's pid is a full cycle old). It is pinned with a pidfd, checked to be
+    /// the one scanned (same start time), and signalled through the pidfd. This once killed
+    /// another test's dlock with SIGKILL.
+    pub(crate) fn signal(&self, sigs: &[i32]) -> bool {
+        // Gone already (or a kernel before 5.3: do not risk a recycled pid).
+        let Some(fd) = crate::sys::PidFd::open(self.pid) else {
+            return false;
+        };
+        if read_stat(self.pid).map(|(_, st)| st) != Some(self.start) {
+            return false;
+        }
+        for &sig in sigs {
+            fd.signal(sig);
+        }
+        true
+    }
+}
+
+impl Proc {
+    /// Whether this process still runs: it exists, is the one scanned, and has not exited (a
+    /// zombie waiting for its parent has).
+    pub(crate) fn is_running(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).is_ok_and(|stat| {
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                return false;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            fields.first().is_some_and(|&st| st != "Z" && st != "X")
+                && fields.get(19).and_then(|s| s.parse().ok()) == Some(self.start)
+        })
+    }
+}
+
+/// Every descendant of `root` (children, their children, ...), not `root` itself. A process
+/// forked during the scan is caught by the next call.
+pub(crate) fn descendants(root: libc::pid_t) -> Vec<Proc> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut procs = Vec::new(); // (pid, ppid, start time)
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        if let Some((ppid, start)) = read_stat(pid) {
+            procs.push((pid, ppid, start));
+        }
+    }
+    let mut tree = vec![Proc {
+        pid: root,
+        start: 0,
+    }];
+    let mut i = 0;
+    while i < tree.len() {
+        let p = tree[i].pid;
+        tree.extend(
+            procs
+                .iter()
+                .filter(|(_, pp, _)| *pp == p)
+                .map(|&(pid, _, start)| Proc { pid, start }),
+        );
+        i += 1;
+    }
+    tree.remove(0);
+    tree
+}
+
+/// (ppid, start time in clock ticks) from /proc/PID/stat.
+fn read_stat(pid: libc::pid_t) -> Option<(libc::pid_t, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid ... starttime ...": comm may contain spaces and parentheses; the
+    // fields after the last ')' start with state (field 3), so ppid is 1 and starttime (22) is 19.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
+}
