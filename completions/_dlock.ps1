@@ -26,6 +26,8 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run COMMAND while holding the lock KEY')
+            [CompletionResult]::new('acquire', 'acquire', [CompletionResultType]::ParameterValue, 'Take the lock KEY and keep it in the background until `dlock release`')
+            [CompletionResult]::new('release', 'release', [CompletionResultType]::ParameterValue, 'Give back a lock taken with `dlock acquire`; say whether it was held throughout')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds KEY, since when, and who waits')
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Forcibly remove the lock KEY, whoever holds it')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure the backend: lock latency, hand-off latency and throughput')
@@ -48,10 +50,57 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit code when the lock was not acquired')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the lock was not acquired')
             [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'After SIGTERM to the command (and what it started), how long before SIGKILL')
+            [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy')
             [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'Shared (reader) lock: many shared holders at once, or one exclusive holder')
             [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Shared (reader) lock: many shared holders at once, or one exclusive holder')
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Try once; do not wait')
             [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Try once; do not wait')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing but errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing but errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'dlock;acquire' {
+            [CompletionResult]::new('-b', '-b', [CompletionResultType]::ParameterName, 'Lock backend [default: from the URL''s scheme, else file]')
+            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'Lock backend [default: from the URL''s scheme, else file]')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock')
+            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'The lock''s name (1-256 bytes of UTF-8, no control characters); repeat to hold several locks at once (taken in one fixed order, so runs never deadlock)')
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'The lock''s name (1-256 bytes of UTF-8, no control characters); repeat to hold several locks at once (taken in one fixed order, so runs never deadlock)')
+            [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Semaphore: up to N holders of KEY at once; every user of KEY must give the same N')
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'Semaphore: up to N holders of KEY at once; every user of KEY must give the same N')
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lease length on the server; renewed every ttl/3')
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Give up after waiting this long for the lock [default: wait forever]')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Give up after waiting this long for the lock [default: wait forever]')
+            [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit code when the lock was not acquired')
+            [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the lock was not acquired')
+            [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'After SIGTERM to the command (and what it started), how long before SIGKILL')
+            [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy')
+            [CompletionResult]::new('-f', '-f', [CompletionResultType]::ParameterName, 'How to print the handle and the DLOCK_* variables')
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'How to print the handle and the DLOCK_* variables')
+            [CompletionResult]::new('--owner', '--owner', [CompletionResultType]::ParameterName, 'The process the lock is held for: released when it exits, its process group stopped (SIGTERM, SIGKILL after --kill-grace) if the lock is lost; `none` for nobody (needs --max-hold) [default: the process that runs dlock acquire]')
+            [CompletionResult]::new('--max-hold', '--max-hold', [CompletionResultType]::ParameterName, 'Give the lock up after holding it this long (stopping the owner first)')
+            [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'Shared (reader) lock: many shared holders at once, or one exclusive holder')
+            [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Shared (reader) lock: many shared holders at once, or one exclusive holder')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Try once; do not wait')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Try once; do not wait')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing but errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing but errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'dlock;release' {
+            [CompletionResult]::new('--handle', '--handle', [CompletionResultType]::ParameterName, 'What `dlock acquire` printed as DLOCK_HANDLE')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing but errors')
@@ -129,6 +178,8 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
         }
         'dlock;help' {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run COMMAND while holding the lock KEY')
+            [CompletionResult]::new('acquire', 'acquire', [CompletionResultType]::ParameterValue, 'Take the lock KEY and keep it in the background until `dlock release`')
+            [CompletionResult]::new('release', 'release', [CompletionResultType]::ParameterValue, 'Give back a lock taken with `dlock acquire`; say whether it was held throughout')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds KEY, since when, and who waits')
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Forcibly remove the lock KEY, whoever holds it')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure the backend: lock latency, hand-off latency and throughput')
@@ -137,6 +188,12 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;help;run' {
+            break
+        }
+        'dlock;help;acquire' {
+            break
+        }
+        'dlock;help;release' {
             break
         }
         'dlock;help;status' {

@@ -16,6 +16,9 @@ _dlock() {
             ",$1")
                 cmd="dlock"
                 ;;
+            dlock,acquire)
+                cmd="dlock__subcmd__acquire"
+                ;;
             dlock,bench)
                 cmd="dlock__subcmd__bench"
                 ;;
@@ -28,11 +31,17 @@ _dlock() {
             dlock,help)
                 cmd="dlock__subcmd__help"
                 ;;
+            dlock,release)
+                cmd="dlock__subcmd__release"
+                ;;
             dlock,run)
                 cmd="dlock__subcmd__run"
                 ;;
             dlock,status)
                 cmd="dlock__subcmd__status"
+                ;;
+            dlock__subcmd__help,acquire)
+                cmd="dlock__subcmd__help__subcmd__acquire"
                 ;;
             dlock__subcmd__help,bench)
                 cmd="dlock__subcmd__help__subcmd__bench"
@@ -45,6 +54,9 @@ _dlock() {
                 ;;
             dlock__subcmd__help,help)
                 cmd="dlock__subcmd__help__subcmd__help"
+                ;;
+            dlock__subcmd__help,release)
+                cmd="dlock__subcmd__help__subcmd__release"
                 ;;
             dlock__subcmd__help,run)
                 cmd="dlock__subcmd__help__subcmd__run"
@@ -59,12 +71,102 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-h -V --help --version run status break bench completions help"
+            opts="-h -V --help --version run acquire release status break bench completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__acquire)
+            opts="-b -u -k -s -l -w -n -E -f -v -q -h -V --backend --url --key --shared --limit --ttl --wait --no-wait --conflict-exit-code --kill-grace --reason --format --owner --max-hold --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --backend)
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                -b)
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -u)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -k)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -l)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -w)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --conflict-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kill-grace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "sh json github env" -- "${cur}"))
+                    return 0
+                    ;;
+                -f)
+                    COMPREPLY=($(compgen -W "sh json github env" -- "${cur}"))
+                    return 0
+                    ;;
+                --owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-hold)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -183,8 +285,22 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__help)
-            opts="run status break bench completions help"
+            opts="run acquire release status break bench completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__help__subcmd__acquire)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -252,6 +368,20 @@ _dlock() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        dlock__subcmd__help__subcmd__release)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         dlock__subcmd__help__subcmd__run)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -280,8 +410,26 @@ _dlock() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        dlock__subcmd__release)
+            opts="-v -q -h -V --handle --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --handle)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         dlock__subcmd__run)
-            opts="-b -u -k -s -l -w -n -E -v -q -h -V --backend --url --key --shared --limit --ttl --wait --no-wait --conflict-exit-code --kill-grace --verbose --quiet --help --version"
+            opts="-b -u -k -s -l -w -n -E -v -q -h -V --backend --url --key --shared --limit --ttl --wait --no-wait --conflict-exit-code --kill-grace --reason --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -340,6 +488,10 @@ _dlock() {
                     return 0
                     ;;
                 --kill-grace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --reason)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

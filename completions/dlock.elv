@@ -23,6 +23,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
             cand run 'Run COMMAND while holding the lock KEY'
+            cand acquire 'Take the lock KEY and keep it in the background until `dlock release`'
+            cand release 'Give back a lock taken with `dlock acquire`; say whether it was held throughout'
             cand status 'Show who holds KEY, since when, and who waits'
             cand break 'Forcibly remove the lock KEY, whoever holds it'
             cand bench 'Measure the backend: lock latency, hand-off latency and throughput'
@@ -44,10 +46,55 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -E 'Exit code when the lock was not acquired'
             cand --conflict-exit-code 'Exit code when the lock was not acquired'
             cand --kill-grace 'After SIGTERM to the command (and what it started), how long before SIGKILL'
+            cand --reason 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy'
             cand -s 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
             cand --shared 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
             cand -n 'Try once; do not wait'
             cand --no-wait 'Try once; do not wait'
+            cand -v 'Log acquire, renew and release events with timings'
+            cand --verbose 'Log acquire, renew and release events with timings'
+            cand -q 'Print nothing but errors'
+            cand --quiet 'Print nothing but errors'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'dlock;acquire'= {
+            cand -b 'Lock backend [default: from the URL''s scheme, else file]'
+            cand --backend 'Lock backend [default: from the URL''s scheme, else file]'
+            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand -k 'The lock''s name (1-256 bytes of UTF-8, no control characters); repeat to hold several locks at once (taken in one fixed order, so runs never deadlock)'
+            cand --key 'The lock''s name (1-256 bytes of UTF-8, no control characters); repeat to hold several locks at once (taken in one fixed order, so runs never deadlock)'
+            cand -l 'Semaphore: up to N holders of KEY at once; every user of KEY must give the same N'
+            cand --limit 'Semaphore: up to N holders of KEY at once; every user of KEY must give the same N'
+            cand --ttl 'Lease length on the server; renewed every ttl/3'
+            cand -w 'Give up after waiting this long for the lock [default: wait forever]'
+            cand --wait 'Give up after waiting this long for the lock [default: wait forever]'
+            cand -E 'Exit code when the lock was not acquired'
+            cand --conflict-exit-code 'Exit code when the lock was not acquired'
+            cand --kill-grace 'After SIGTERM to the command (and what it started), how long before SIGKILL'
+            cand --reason 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy'
+            cand -f 'How to print the handle and the DLOCK_* variables'
+            cand --format 'How to print the handle and the DLOCK_* variables'
+            cand --owner 'The process the lock is held for: released when it exits, its process group stopped (SIGTERM, SIGKILL after --kill-grace) if the lock is lost; `none` for nobody (needs --max-hold) [default: the process that runs dlock acquire]'
+            cand --max-hold 'Give the lock up after holding it this long (stopping the owner first)'
+            cand -s 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
+            cand --shared 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
+            cand -n 'Try once; do not wait'
+            cand --no-wait 'Try once; do not wait'
+            cand -v 'Log acquire, renew and release events with timings'
+            cand --verbose 'Log acquire, renew and release events with timings'
+            cand -q 'Print nothing but errors'
+            cand --quiet 'Print nothing but errors'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'dlock;release'= {
+            cand --handle 'What `dlock acquire` printed as DLOCK_HANDLE'
             cand -v 'Log acquire, renew and release events with timings'
             cand --verbose 'Log acquire, renew and release events with timings'
             cand -q 'Print nothing but errors'
@@ -120,6 +167,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
         }
         &'dlock;help'= {
             cand run 'Run COMMAND while holding the lock KEY'
+            cand acquire 'Take the lock KEY and keep it in the background until `dlock release`'
+            cand release 'Give back a lock taken with `dlock acquire`; say whether it was held throughout'
             cand status 'Show who holds KEY, since when, and who waits'
             cand break 'Forcibly remove the lock KEY, whoever holds it'
             cand bench 'Measure the backend: lock latency, hand-off latency and throughput'
@@ -127,6 +176,10 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'dlock;help;run'= {
+        }
+        &'dlock;help;acquire'= {
+        }
+        &'dlock;help;release'= {
         }
         &'dlock;help;status'= {
         }

@@ -107,8 +107,8 @@ const ENVIRONMENT: &[(&str, &str)] = &[
         "set for the command: the locks it runs under, so that a nested dlock run on the same lock does not wait for itself",
     ),
     (
-        "DLOCK_HANDLE",
-        "printed by dlock acquire (with the variables above); what dlock release gives back",
+        "DLOCK_HANDLE, DLOCK_HOLDER_PID",
+        "printed by dlock acquire (with the variables above): what dlock release gives back, and the holder process",
     ),
 ];
 

@@ -42,8 +42,8 @@ pub fn all_files() -> Vec<(String, Vec<u8>)> {
     files
 }
 
-/// One man page per (sub)command: `dlock.1`, `dlock-run.1`, ... The main page and `dlock-run.1`
-/// carry EXIT STATUS; the main page also ENVIRONMENT and EXAMPLES.
+/// One man page per (sub)command: `dlock.1`, `dlock-run.1`, ... The main page, `run`, `acquire`
+/// and `release` carry EXIT STATUS; the main page also ENVIRONMENT and EXAMPLES.
 pub(crate) fn man_pages() -> Vec<(String, Vec<u8>)> {
     let mut cmd = Cli::command().disable_help_subcommand(true);
     cmd.build();
@@ -71,8 +71,12 @@ fn page(cmd: &clap::Command, main: bool) -> (String, Vec<u8>) {
             man.render_subcommands_section(out)?;
         }
         let mut roff = Roff::new();
-        if main || cmd.get_name() == "run" {
-            section(&mut roff, "EXIT STATUS", cli::EXIT_STATUS);
+        match cmd.get_name() {
+            "acquire" => section(&mut roff, "EXIT STATUS", cli::ACQUIRE_EXIT_STATUS),
+            "release" => section(&mut roff, "EXIT STATUS", cli::RELEASE_EXIT_STATUS),
+            "run" => section(&mut roff, "EXIT STATUS", cli::EXIT_STATUS),
+            _ if main => section(&mut roff, "EXIT STATUS", cli::EXIT_STATUS),
+            _ => {}
         }
         if main {
             section(&mut roff, "ENVIRONMENT", &cli::environment());

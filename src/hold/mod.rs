@@ -114,7 +114,9 @@ fn relay(cfg: &AcquireConfig, holder: libc::pid_t, to_holder: UnixStream, relaye
             // The holder ended without the lock (it said why on stderr): its code is ours.
             drop(reader);
             drop(to_holder);
-            return exit::child_code(sys::wait_pid(holder));
+            let code = exit::child_code(sys::wait_pid(holder));
+            fail_the_eval(cfg.format, code);
+            return code;
         };
         let text = format::render(&granted, cfg.format);
         let mut out = std::io::stdout().lock();
@@ -127,6 +129,18 @@ fn relay(cfg: &AcquireConfig, holder: libc::pid_t, to_holder: UnixStream, relaye
         // The holder now detaches; it is not this process's to wait for.
         let _ = (&to_holder).write_all(b"1");
         return 0;
+    }
+}
+
+/// `eval "$(dlock acquire …)"` of nothing succeeds: a script would go on without the lock, even
+/// under `set -e`. So for `--format sh` into a pipe (not a terminal), a failure prints
+/// `(exit N)`, and the `eval` fails with acquire's own code.
+fn fail_the_eval(format: crate::cli::Format, code: u8) {
+    use std::io::IsTerminal;
+    if format == crate::cli::Format::Sh && !std::io::stdout().is_terminal() {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "(exit {code})");
+        let _ = out.flush();
     }
 }
 

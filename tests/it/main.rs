@@ -16,6 +16,7 @@ mod mysql;
 mod partition;
 mod pg_fake;
 mod postgres;
+mod recipes;
 mod redis;
 mod redis_cluster;
 mod redis_sentinel;
