@@ -242,10 +242,10 @@ impl AcquireConfig {
             None => Owner::Caller,
             Some("none") => Owner::Nobody,
             Some(text) => match text.parse::<u32>() {
-                Ok(pid) if pid > 1 && pid <= i32::MAX as u32 => Owner::Pid(pid),
+                Ok(pid) if pid <= i32::MAX as u32 => Owner::Pid(pid),
                 _ => {
                     return Err(Usage(format!(
-                        "--owner '{}' is neither a process id (above 1) nor 'none'",
+                        "--owner '{}' is neither a process id nor 'none'",
                         crate::report::clean(text, 40)
                     )));
                 }

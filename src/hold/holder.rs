@@ -165,10 +165,13 @@ pub(super) fn hold(
     holding.run(keeper, clock, &rx)
 }
 
-/// The owner and its descendants, as scanned now.
+/// The owner and its descendants, as scanned now; never this holder (an owner that is a child
+/// subreaper, or a container's init, may have become its ancestor).
 fn targets(owner: libc::pid_t) -> Vec<Proc> {
+    let me = std::process::id() as libc::pid_t;
     let mut procs: Vec<Proc> = Proc::of(owner).into_iter().collect();
     procs.extend(procs::descendants(owner));
+    procs.retain(|p| p.pid != me);
     procs
 }
 

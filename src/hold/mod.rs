@@ -76,6 +76,13 @@ fn resolve_owner(owner: Owner) -> Result<Option<u32>, Usage> {
         Owner::Caller => sys::parent_pid() as u32,
         Owner::Pid(p) => p,
     };
+    if pid <= 1 {
+        // Init's descendants are every process: a loss would stop them all.
+        return Err(Usage(format!(
+            "the owner would be pid {pid}, not a job's process (init's descendants are every \
+             process): give --owner PID, or --owner none with --max-hold"
+        )));
+    }
     let me = sys::euid();
     match std::fs::metadata(format!("/proc/{pid}")) {
         Ok(m) if m.uid() == me || me == 0 => Ok(Some(pid)),

@@ -422,3 +422,21 @@ fn another_user_cannot_release_the_lock() {
     assert!(alive(holder) && !b.is_free(&key), "still held");
     run_ok(&mut release(&handle));
 }
+
+/// Owners that cannot be: init (whose descendants are every process), nobody without a bound,
+/// no number, no process.
+#[test]
+fn acquire_refuses_bad_owners() {
+    let b = TestBackend::file();
+    let key = unique_key("acq-bad-owner");
+    for (owner, says) in [
+        (&["--owner", "1"][..], "pid 1"),
+        (&["--owner", "none"][..], "--max-hold"),
+        (&["--owner", "shell"][..], "neither a process id"),
+        (&["--owner", "2147483000"][..], "no such process"),
+    ] {
+        let out = run_code(cmd(&b, "acquire").args(["-k", &key]).args(owner), 2);
+        assert!(one_error_line(&out).contains(says), "{}", describe(&out));
+    }
+    assert!(b.is_free(&key), "nothing was taken");
+}
