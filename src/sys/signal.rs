@@ -114,12 +114,15 @@ pub(crate) struct ThreadTimer(libc::timer_t);
 impl ThreadTimer {
     /// Fires once, `after` from now (on CLOCK_BOOTTIME: a suspended machine's time counts).
     pub(crate) fn start(after: Duration) -> io::Result<ThreadTimer> {
-        // SAFETY: all-zero bytes are a valid sigevent; gettid cannot fail.
+        // SAFETY: all-zero bytes are a valid sigevent.
         let mut ev: libc::sigevent = unsafe { std::mem::zeroed() };
         ev.sigev_notify = libc::SIGEV_THREAD_ID;
         ev.sigev_signo = deadline_signal();
-        // SAFETY: gettid takes nothing and cannot fail.
-        ev.sigev_notify_thread_id = unsafe { libc::gettid() };
+        // The raw system call, not glibc's gettid() wrapper: that one is glibc 2.30's, and the
+        // release binary links against glibc 2.17 (scripts/release).
+        // SAFETY: SYS_gettid takes no arguments and cannot fail; it returns this thread's id,
+        // which fits a pid_t.
+        ev.sigev_notify_thread_id = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
         let mut id: libc::timer_t = std::ptr::null_mut();
         // SAFETY: valid pointers to the sigevent and the out-parameter; the event names this
         // thread, which outlives the timer (it is deleted on drop, on the same thread: not Send).

@@ -339,29 +339,29 @@ impl MysqlBackend {
             )
         };
         let mut result = last_row::<(u64, Option<Vec<u8>>, i64)>(con, &sql);
-        if let Err(mysql::Error::MySqlError(e)) = &result {
-            if e.code == 1146 {
-                // Table missing: create it once, then retry.
-                con.query_drop(CREATE_TABLE).map_err(|e| {
-                    anyhow::anyhow!(
-                        "cannot create table {TABLE} on {} ({}); create it as an administrator, see README",
-                        self.addr,
-                        err_text(&e)
-                    )
-                })?;
-                result = last_row(con, &sql);
-            }
-        }
-        if let Err(mysql::Error::MySqlError(e)) = &result {
-            if e.code == 1142 {
-                // The server says "denied" before it says "missing".
-                anyhow::bail!(
-                    "cannot create table {TABLE} or write to it on {}: the user lacks the privilege \
-                     ({}); create it and grant SELECT, INSERT, UPDATE on it, see README",
+        if let Err(mysql::Error::MySqlError(e)) = &result
+            && e.code == 1146
+        {
+            // Table missing: create it once, then retry.
+            con.query_drop(CREATE_TABLE).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot create table {TABLE} on {} ({}); create it as an administrator, see README",
                     self.addr,
-                    e.message
-                );
-            }
+                    err_text(&e)
+                )
+            })?;
+            result = last_row(con, &sql);
+        }
+        if let Err(mysql::Error::MySqlError(e)) = &result
+            && e.code == 1142
+        {
+            // The server says "denied" before it says "missing".
+            anyhow::bail!(
+                "cannot create table {TABLE} or write to it on {}: the user lacks the privilege \
+                 ({}); create it and grant SELECT, INSERT, UPDATE on it, see README",
+                self.addr,
+                e.message
+            );
         }
         let (fence, conflict, uptime) = result
             .map_err(|e| self.fail(e))
@@ -639,15 +639,15 @@ impl Lease for MysqlLease {
             Ok(Some((Some(1), intruder))) => {
                 // A shared holder registering holds the key's name for a moment without a
                 // record; one that holds it over two renewals (ttl/3 apart) is an application.
-                if let (Some(id), Some(main)) = (intruder, &self.watch) {
-                    if self.intruder == Some(id) {
-                        return Err(RenewError::Lost(format!(
-                            "{}: connection {id} holds {main} with GET_LOCK without a dlock record \
-                             (an application's lock); it does not see dlock's --shared and \
-                             --limit holders, so it holds too",
-                            self.addr
-                        )));
-                    }
+                if let (Some(id), Some(main)) = (intruder, &self.watch)
+                    && self.intruder == Some(id)
+                {
+                    return Err(RenewError::Lost(format!(
+                        "{}: connection {id} holds {main} with GET_LOCK without a dlock record \
+                         (an application's lock); it does not see dlock's --shared and \
+                         --limit holders, so it holds too",
+                        self.addr
+                    )));
                 }
                 self.intruder = intruder;
                 Ok(())

@@ -198,15 +198,15 @@ impl MysqlBackend {
     /// The holder of lock `name`, held by connection `id`, and whether its dlock record is
     /// unreadable.
     fn holder_of(&self, con: &mut Conn, name: &str, id: u64) -> (Holder, bool) {
-        if let Some((fence, meta, conn)) = self.holder_row(con, name) {
-            if conn == id {
-                let parsed = parse_record(&meta);
-                let unreadable = parsed.is_none();
-                let mut h = parsed.unwrap_or_default();
-                h.fencing_token = Some(fence);
-                h.session = Some(format!("connection {id}"));
-                return (h, unreadable);
-            }
+        if let Some((fence, meta, conn)) = self.holder_row(con, name)
+            && conn == id
+        {
+            let parsed = parse_record(&meta);
+            let unreadable = parsed.is_none();
+            let mut h = parsed.unwrap_or_default();
+            h.fencing_token = Some(fence);
+            h.session = Some(format!("connection {id}"));
+            return (h, unreadable);
         }
         let host: Option<String> = exec_row::<Option<Vec<u8>>>(
             con,

@@ -250,33 +250,32 @@ impl PgBackend {
         let mut result = self
             .typed(client, &sql, &params, COMMAND_TIMEOUT, "record the holder")
             .await;
-        if let Err(e) = &result {
-            if e.to_string().contains(UNDEFINED_TABLE) {
-                let created = self
-                    .simple(
-                        client,
-                        CREATE_TABLES,
-                        COMMAND_TIMEOUT,
-                        "create dlock's tables",
-                    )
-                    .await;
-                match created {
-                    Ok(_) => {}
-                    // Another session created them at the same moment (CREATE TABLE IF NOT
-                    // EXISTS is not safe against a concurrent one: 23505 on pg_type).
-                    Err(e)
-                        if e.to_string().contains("(23505)")
-                            || e.to_string().contains("(42P07)") => {}
-                    Err(e) => {
-                        return Err(e.context(
-                            "create the tables as an administrator (docs/backends.md has the SQL)",
-                        ));
-                    }
+        if let Err(e) = &result
+            && e.to_string().contains(UNDEFINED_TABLE)
+        {
+            let created = self
+                .simple(
+                    client,
+                    CREATE_TABLES,
+                    COMMAND_TIMEOUT,
+                    "create dlock's tables",
+                )
+                .await;
+            match created {
+                Ok(_) => {}
+                // Another session created them at the same moment (CREATE TABLE IF NOT
+                // EXISTS is not safe against a concurrent one: 23505 on pg_type).
+                Err(e)
+                    if e.to_string().contains("(23505)") || e.to_string().contains("(42P07)") => {}
+                Err(e) => {
+                    return Err(e.context(
+                        "create the tables as an administrator (docs/backends.md has the SQL)",
+                    ));
                 }
-                result = self
-                    .typed(client, &sql, &params, COMMAND_TIMEOUT, "record the holder")
-                    .await;
             }
+            result = self
+                .typed(client, &sql, &params, COMMAND_TIMEOUT, "record the holder")
+                .await;
         }
         let rows = result?;
         let row = rows.first().context("no fence returned")?;

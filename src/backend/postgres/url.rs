@@ -67,10 +67,10 @@ impl PgConfig {
         if let Some(why) = raw_syntax(&rest) {
             return Err(bad(why));
         }
-        if let Target::Tcp(h) = &target {
-            if h.contains(['@', '/', '?', '#', '&', '=', ' ']) {
-                return Err(bad(RAW_SYNTAX.into()));
-            }
+        if let Target::Tcp(h) = &target
+            && h.contains(['@', '/', '?', '#', '&', '=', ' '])
+        {
+            return Err(bad(RAW_SYNTAX.into()));
         }
         let port = config.get_ports().first().copied().unwrap_or(5432);
         let addr = format!("{host}:{port}/{}", config.get_dbname().unwrap_or_default());

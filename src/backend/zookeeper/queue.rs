@@ -104,11 +104,11 @@ fn mode_named(rest: &str) -> Option<Mode> {
 /// What a child's name says it is (`None`: not a sequential node, so not a contender).
 pub(super) fn kind_of(name: &str) -> Option<Kind> {
     let (head, _) = split_seq(name)?;
-    if let Some(rest) = head.strip_suffix("lock-") {
-        if rest.is_empty() || rest.ends_with('-') {
-            let rest = rest.strip_suffix('-').unwrap_or(rest);
-            return Some(Kind::Lock(mode_named(rest).unwrap_or(Mode::Exclusive)));
-        }
+    if let Some(rest) = head.strip_suffix("lock-")
+        && (rest.is_empty() || rest.ends_with('-'))
+    {
+        let rest = rest.strip_suffix('-').unwrap_or(rest);
+        return Some(Kind::Lock(mode_named(rest).unwrap_or(Mode::Exclusive)));
     }
     let recipe = if head.ends_with("__lock__") {
         Recipe::KazooLock
