@@ -39,6 +39,13 @@ pub fn start() -> i32 {
 fn exit_code() -> u8 {
     // A guardian executing itself anew (see `guard`) never gets past this.
     crate::guard::resume_if_asked();
+    let code = command_code();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    crate::hold::fail_the_eval(&args, code);
+    code
+}
+
+fn command_code() -> u8 {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_error(&e),

@@ -62,8 +62,12 @@ pub(crate) const RELEASE_EXIT_STATUS: &[(&str, &str)] = &[
         "no handle, or a malformed, another user's or already released one",
     ),
     (
+        "69",
+        "the holder process could not be asked (its socket failed, or no reply came)",
+    ),
+    (
         "79",
-        "the lock was lost or given up on the way (or its holder process was killed)",
+        "the lock was lost or given up on the way: lost, --max-hold, the owner exited, or the holder process was killed",
     ),
 ];
 
@@ -241,9 +245,11 @@ COMMAND's whole process tree before the lock can pass on.",
         long_about = "Acquire the lock KEY (waiting like `run`), leave a holder process in the \
 background that keeps the lease alive, and print a handle and the DLOCK_* variables for the \
 caller (--format). The lock is held for an owner, by default the process that ran `dlock \
-acquire` (the shell): it is released when the owner exits, and if it is lost the owner's process \
-group gets SIGTERM (SIGKILL after --kill-grace) before the lease can run out. Only the owner's \
-process group is protected: processes that leave it run on. `dlock run` is the strict form.",
+acquire` (the shell): it is released when the owner exits (what is left of a process group the \
+owner leads is stopped first), and if it is lost the owner, what it started and its process group \
+(when it leads one) get SIGTERM, SIGKILL after --kill-grace, before the lease can run out. \
+Processes that left both run on, and a holder killed with SIGKILL stops nobody: `dlock run` is \
+the strict form.",
         after_long_help = table("Exit status", ACQUIRE_EXIT_STATUS)
     )]
     Acquire(AcquireArgs),

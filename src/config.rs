@@ -374,6 +374,21 @@ pub(crate) fn redact(url: &str) -> String {
     out
 }
 
+/// `text` (a command line) with every word that holds a URL [`redact`]ed: a command stored
+/// beside a lock is shown by `status` to everyone who can ask the server.
+pub(crate) fn hide_credentials(text: &str) -> String {
+    text.split(' ')
+        .map(|w| {
+            if w.contains("://") {
+                redact(w)
+            } else {
+                w.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The parts of `url` that [`redact`] hides: the password of its user information and the
 /// values of secret-naming query parameters.
 pub(crate) fn secrets(url: &str) -> Vec<String> {
@@ -531,6 +546,15 @@ mod tests {
         assert!(Key::new("").is_err());
         assert!(Key::new("a\nb").is_err());
         assert!(Key::new("a\u{7f}").is_err());
+    }
+
+    #[test]
+    fn commands_stored_beside_a_lock_hide_url_passwords() {
+        assert_eq!(
+            hide_credentials("psql postgres://u:pw@h/db -c 'select 1'"),
+            "psql postgres://u:***@h/db -c 'select 1'"
+        );
+        assert_eq!(hide_credentials("sleep 5"), "sleep 5");
     }
 
     #[test]

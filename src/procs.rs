@@ -93,6 +93,33 @@ pub(crate) fn descendants(root: libc::pid_t) -> Vec<Proc> {
     tree
 }
 
+/// Whether any process of group `pgid` still runs (a zombie waiting for its parent does not:
+/// `killpg(pgid, 0)` would count it, and an orphaned zombie may wait long for its reaper).
+pub(crate) fn group_is_running(pgid: libc::pid_t) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten().any(|entry| {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            return false;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            return false;
+        };
+        // state (3), ppid (4), pgrp (5)
+        let fields: Vec<&str> = rest.split_whitespace().take(3).collect();
+        matches!(fields.as_slice(), [state, _, pgrp]
+            if *state != "Z" && *state != "X" && pgrp.parse() == Ok(pgid))
+    })
+}
+
 /// (ppid, start time in clock ticks) from /proc/PID/stat.
 fn read_stat(pid: libc::pid_t) -> Option<(libc::pid_t, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

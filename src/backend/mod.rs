@@ -62,6 +62,7 @@ impl Record {
             .map(|a| a.to_string_lossy())
             .collect::<Vec<_>>()
             .join(" ");
+        let command = crate::config::hide_credentials(&command);
         Record {
             host: Some(hostname()),
             pid: Some(std::process::id()),

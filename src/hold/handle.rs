@@ -57,6 +57,7 @@ fn private_to_us(dir: &Path) -> bool {
 /// A new handle's socket, listening: bound in [`runtime_dir`] with mode 0600.
 pub(crate) fn listen() -> anyhow::Result<(PathBuf, UnixListener)> {
     let dir = runtime_dir()?;
+    prune_end_files(&dir);
     let mut id = [0u8; 8];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut id))
@@ -84,13 +85,67 @@ pub(crate) struct Reply {
     pub message: String,
 }
 
-/// Writes `reply` as the end file of `socket` (atomically: a reader sees all or nothing).
+/// Writes `reply` as the end file of `socket` (0600, atomically: a reader sees all or nothing).
 pub(crate) fn write_end(socket: &Path, reply: &Reply) {
+    use std::os::unix::fs::OpenOptionsExt;
     let end = end_file(socket);
     let tmp = end.with_extension("end.tmp");
+    let _ = std::fs::remove_file(&tmp);
     let text = serde_json::to_string(reply).unwrap_or_default();
-    if std::fs::write(&tmp, text).is_ok() {
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()));
+    if written.is_ok() {
         let _ = std::fs::rename(&tmp, &end);
+    }
+}
+
+/// The end file at `end`, if it is a regular file (never followed through a symlink, never a
+/// FIFO that would block) of at most [`MAX_MESSAGE`] bytes holding a reply; a code other than
+/// 0 or 79 reads as 79 (it was not held throughout, as far as anyone can tell).
+pub(crate) fn read_end(end: &Path) -> Option<Reply> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(end)
+        .ok()?;
+    if !file.metadata().ok()?.file_type().is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_MESSAGE).read_to_end(&mut bytes).ok()?;
+    let mut reply: Reply = serde_json::from_slice(&bytes).ok()?;
+    if reply.code != 0 {
+        reply.code = crate::exit::LOST;
+    }
+    Some(reply)
+}
+
+/// End files older than this are removed when a holder starts: their lock ended long ago and
+/// nobody asked.
+const END_FILES_KEPT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Removes the end files in `dir` older than [`END_FILES_KEPT`].
+fn prune_end_files(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let old = e
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > END_FILES_KEPT);
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if old && name.starts_with("h-") && name.ends_with(".end") {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 

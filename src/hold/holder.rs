@@ -17,16 +17,16 @@ use std::time::Duration;
 
 use super::format::Granted;
 use super::handle::{self, Reply};
+use super::owner::{Owner, Stopping};
 use crate::clock::BootInstant;
 use crate::config::AcquireConfig;
 use crate::events::{Event, Events, HolderEvent};
 use crate::exit;
 use crate::keeper::{Keeper, deadline_after};
 use crate::model::{Mode, OwnerRecord, Record};
-use crate::procs::{self, Proc};
 use crate::report;
 use crate::signals::{self, Woken};
-use crate::sys::{self, PidFd};
+use crate::sys;
 
 /// The longest owner command line stored beside the lock.
 const MAX_OWNER_COMMAND: usize = 1000;
@@ -35,7 +35,7 @@ const MAX_OWNER_COMMAND: usize = 1000;
 /// the caller has the handle).
 pub(super) fn hold(
     cfg: &AcquireConfig,
-    owner: Option<u32>,
+    owner: Option<Owner>,
     to_caller: UnixStream,
     caller: libc::pid_t,
 ) -> u8 {
@@ -60,8 +60,10 @@ pub(super) fn hold(
         reason: lock.reason.clone(),
         command: None,
         owner: Some(OwnerRecord {
-            pid: owner,
-            command: owner.and_then(command_line),
+            pid: owner.as_ref().map(Owner::pid),
+            command: owner
+                .as_ref()
+                .and_then(|o| o.command_line(MAX_OWNER_COMMAND)),
             max_hold_ms: cfg.max_hold.map(|d| d.as_millis() as u64),
         }),
         ..Record::this_process(&[])
@@ -116,18 +118,18 @@ pub(super) fn hold(
     let (tx, rx) = mpsc::channel();
     let events = Events(tx);
     let keeper = Keeper::new(lease, events.clone());
-    let owner_fd = owner.and_then(|p| PidFd::open(p as libc::pid_t));
-    if owner.is_some() && owner_fd.is_none() {
+    if let Some(o) = owner.as_ref().filter(|o| o.has_exited()) {
         report::error(format_args!(
-            "{name}: the owner (pid {}) exited before the lock was held; it is given back",
-            owner.unwrap_or_default()
+            "{name}: the owner (pid {}) exited while dlock acquire waited; the lock is given back",
+            o.pid()
         ));
         give_back(name, &keys_text, keeper);
         let _ = std::fs::remove_file(&socket);
         return exit::UNAVAILABLE;
     }
-    // From here the caller's exit (once it printed the handle) must not end the holder; one that
-    // died before is noticed here, or as a failed write, or as no acknowledgement.
+    // From here the caller's exit (once it printed the handle) must not end the holder. A
+    // caller that died before it printed is seen as a failed write; one that dies after this
+    // write may have printed already, so the lock stays held (for the owner, or --max-hold).
     let _ = sys::set_parent_death_signal(0);
     let line = serde_json::to_string(&granted).unwrap_or_default() + "\n";
     if sys::parent_pid() != caller || (&to_caller).write_all_ok(line.as_bytes()).is_err() {
@@ -138,9 +140,9 @@ pub(super) fn hold(
     let watched = Watched {
         caller: Some(to_caller),
         listener,
-        owner: owner_fd
+        owner: owner
             .as_ref()
-            .map(|fd| fd.as_fd().try_clone_to_owned())
+            .map(|o| o.fd().as_fd().try_clone_to_owned())
             .and_then(Result::ok),
     };
     if let Err(e) = watch(watched, events) {
@@ -156,7 +158,6 @@ pub(super) fn hold(
         keys_text,
         socket,
         owner,
-        owner_fd,
         kill_grace: lock.kill_grace,
         max_hold: cfg.max_hold,
         stop: None,
@@ -165,38 +166,12 @@ pub(super) fn hold(
     holding.run(keeper, clock, &rx)
 }
 
-/// The owner and its descendants, as scanned now; never this holder (an owner that is a child
-/// subreaper, or a container's init, may have become its ancestor).
-fn targets(owner: libc::pid_t) -> Vec<Proc> {
-    let me = std::process::id() as libc::pid_t;
-    let mut procs: Vec<Proc> = Proc::of(owner).into_iter().collect();
-    procs.extend(procs::descendants(owner));
-    procs.retain(|p| p.pid != me);
-    procs
-}
-
-/// SIGTERM (and SIGCONT, for a stopped process) to the owner's group and to the owner and its
-/// descendants outside it (once each: a shell's trap would run twice).
-fn terminate(group: Option<libc::pid_t>, procs: &[Proc]) {
-    signal_all(group, procs, &[libc::SIGTERM, libc::SIGCONT]);
-}
-
-/// SIGKILL to the owner's group, the owner and its descendants.
-fn kill(group: Option<libc::pid_t>, procs: &[Proc]) {
-    signal_all(group, procs, &[libc::SIGKILL]);
-}
-
-fn signal_all(group: Option<libc::pid_t>, procs: &[Proc], sigs: &[i32]) {
-    if let Some(g) = group {
-        for &s in sigs {
-            sys::signal_group(g, s);
-        }
-    }
-    for p in procs {
-        if group.is_none() || sys::process_group_of(p.pid) != group {
-            p.signal(sigs);
-        }
-    }
+/// Now, as a date for messages.
+fn now_text() -> String {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| report::since_text(d.as_millis() as u64))
+        .unwrap_or_default()
 }
 
 /// A sink for a keeper that only gives back.
@@ -222,19 +197,6 @@ impl WriteAllOk for &UnixStream {
         use std::io::Write;
         self.write_all(buf)
     }
-}
-
-/// The owner's command line from /proc, arguments joined by spaces and cut to
-/// [`MAX_OWNER_COMMAND`] characters.
-fn command_line(pid: u32) -> Option<String> {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let text: Vec<String> = raw
-        .split(|&b| b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    let text = text.join(" ");
-    (!text.is_empty()).then(|| text.chars().take(MAX_OWNER_COMMAND).collect())
 }
 
 /// The descriptors the watcher thread turns into events.
@@ -286,12 +248,11 @@ fn watch(mut w: Watched, events: Events) -> std::io::Result<()> {
                     w.owner = None;
                     events.send(Event::Holder(HolderEvent::OwnerExited));
                 }
-                if listener {
-                    if let Ok((stream, _)) = w.listener.accept() {
-                        if let Some(request) = handle::read_request(&stream) {
-                            events.send(Event::Holder(HolderEvent::Request(stream, request)));
-                        }
-                    }
+                if listener
+                    && let Ok((stream, _)) = w.listener.accept()
+                    && let Some(request) = handle::read_request(&stream)
+                {
+                    events.send(Event::Holder(HolderEvent::Request(stream, request)));
                 }
             }
         })
@@ -308,16 +269,14 @@ struct Clock {
     give_up_at: Option<BootInstant>,
 }
 
-/// Stopping the owner's process group before the lock goes.
+/// Stopping the owner (and what it started) before the lock goes.
 struct Stop {
     /// What `release` will report.
     reply: Reply,
     /// Whether the lease is gone (abandon it) or still ours (give it back after the owner).
     lost: bool,
-    /// The owner's process group, signalled (when the owner leads it).
-    group: Option<libc::pid_t>,
-    /// The owner and its descendants when the stop began.
-    procs: Vec<Proc>,
+    /// What is being stopped; `None` for no owner.
+    stopping: Option<Stopping>,
     /// SIGKILL then, at the latest.
     kill_at: BootInstant,
     killed: bool,
@@ -327,8 +286,7 @@ struct Holding {
     name: &'static str,
     keys_text: String,
     socket: PathBuf,
-    owner: Option<u32>,
-    owner_fd: Option<PidFd>,
+    owner: Option<Owner>,
     kill_grace: Duration,
     max_hold: Option<Duration>,
     stop: Option<Stop>,
@@ -379,25 +337,24 @@ impl Holding {
                     }
                 }
                 Some(s) => {
-                    let kill_at = clock.deadline.map_or(s.kill_at, |d| d.min(s.kill_at));
+                    // A lost lease's deadline may come before the grace's end.
+                    let kill_at = match clock.deadline {
+                        Some(d) if s.lost => d.min(s.kill_at),
+                        _ => s.kill_at,
+                    };
                     if now >= kill_at {
-                        if let Some(pid) = self.owner {
-                            // Keep killing: what was forked since the last scan is caught now.
-                            s.procs.extend(targets(pid as libc::pid_t));
-                            s.procs.sort_by_key(|p| (p.pid, p.start));
-                            s.procs.dedup();
-                            kill(s.group, &s.procs);
+                        // Keep killing: what was forked since the last pass is caught now.
+                        if let Some(st) = &mut s.stopping {
+                            st.kill();
                         }
                         s.killed = true;
                         wake = Duration::from_millis(50);
                     } else {
                         wake = wake.min(kill_at.saturating_duration_since(now));
                     }
-                    let group_gone = s.group.is_none_or(|g| !sys::signal_group(g, 0))
-                        && !s.procs.iter().any(Proc::is_running);
-                    let owner_gone = self.owner_fd.as_ref().is_none_or(PidFd::has_exited);
+                    let over = s.stopping.as_mut().is_none_or(Stopping::is_over);
                     let given_up = s.killed && now >= kill_at + Duration::from_secs(1);
-                    if (group_gone && owner_gone) || given_up {
+                    if over || given_up {
                         return self.finish(keeper);
                     }
                 }
@@ -424,13 +381,29 @@ impl Holding {
                     }
                 },
                 Event::Signal(r) => {
-                    if self.stop.is_none() {
-                        let why = format!(
-                            "the holder process was stopped by {}",
-                            exit::signal_name(r.signal)
-                        );
-                        self.begin_stop(why, false, BootInstant::now() + self.kill_grace);
+                    if self.stop.is_some() {
+                        continue;
                     }
+                    let signal = exit::signal_name(r.signal);
+                    if self.owner.is_none() {
+                        // Held for nobody: a signal to the holder is a request to end it, as a
+                        // service manager stopping a unit or a runner ending a job sends.
+                        give_back(self.name, &self.keys_text, keeper);
+                        let reply = Reply {
+                            code: 0,
+                            message: format!(
+                                "{}: '{}' was given back at {} when its holder was stopped by {signal}",
+                                self.name,
+                                self.keys_text,
+                                now_text()
+                            ),
+                        };
+                        handle::write_end(&self.socket, &reply);
+                        let _ = std::fs::remove_file(&self.socket);
+                        return 0;
+                    }
+                    let why = format!("the holder process was stopped by {signal}");
+                    self.begin_stop(why, false, BootInstant::now() + self.kill_grace);
                 }
                 Event::Holder(HolderEvent::CallerAcked) => {
                     // The caller has the handle: let go of its stderr unless it is a terminal
@@ -441,22 +414,12 @@ impl Holding {
                         report::set_verbosity(crate::model::Verbosity::Quiet);
                     }
                 }
-                Event::Holder(HolderEvent::CallerGone) => {
-                    if self.stop.is_none() {
-                        give_back(self.name, &self.keys_text, keeper);
-                        let _ = std::fs::remove_file(&self.socket);
-                        return exit::UNAVAILABLE;
-                    }
-                }
+                // The caller may have printed the handle before it died: keep holding (for the
+                // owner, or until --max-hold).
+                Event::Holder(HolderEvent::CallerGone) => {}
                 Event::Holder(HolderEvent::OwnerExited) => {
                     if self.stop.is_none() {
-                        report::verbose(format_args!(
-                            "the owner exited: releasing '{}'",
-                            self.keys_text
-                        ));
-                        give_back(self.name, &self.keys_text, keeper);
-                        let _ = std::fs::remove_file(&self.socket);
-                        return 0;
+                        self.owner_exited(now_text());
                     }
                 }
                 Event::Holder(HolderEvent::Request(stream, request)) => {
@@ -490,39 +453,24 @@ impl Holding {
         }
     }
 
-    /// Starts stopping the owner's process group (SIGTERM now, SIGKILL at `kill_at`) because of
-    /// `why`; `lost` when the lease is gone already.
+    /// Starts stopping the owner and what it started (SIGTERM now, SIGKILL at `kill_at`)
+    /// because of `why`; `lost` when the lease is gone already.
     fn begin_stop(&mut self, why: String, lost: bool, kill_at: BootInstant) {
-        let when = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| report::since_text(d.as_millis() as u64))
-            .unwrap_or_default();
         let verb = if lost { "lost" } else { "gave up" };
         let mut message = format!(
-            "{}: {verb} the lock '{}' at {when}: {why}",
-            self.name, self.keys_text
+            "{}: {verb} the lock '{}' at {}: {why}",
+            self.name,
+            self.keys_text,
+            now_text()
         );
-        let mut group = None;
-        let mut procs = Vec::new();
-        if let (Some(pid), Some(fd)) = (self.owner, &self.owner_fd) {
-            if !fd.has_exited() {
-                let pid = pid as libc::pid_t;
-                // The owner's group only when the owner leads it (a job of a terminal's shell,
-                // a cron job, a service): a group someone above made holds the owner's parents.
-                group = sys::process_group_of(pid)
-                    .filter(|&g| g == pid && g != sys::own_process_group());
-                procs = targets(pid);
-                terminate(group, &procs);
-                message.push_str(&format!(
-                    "; its owner (pid {pid}){} {} sent SIGTERM",
-                    if group.is_some() {
-                        " and its process group"
-                    } else {
-                        " and what it started"
-                    },
-                    "were"
-                ));
-            }
+        let stopping = self.owner.as_ref().map(Stopping::begin);
+        if let (Some(o), Some(st)) = (&self.owner, &stopping)
+            && st.found_any()
+        {
+            message.push_str(&format!(
+                "; its owner (pid {}) and what it started were sent SIGTERM",
+                o.pid()
+            ));
         }
         report::error(format_args!("{message}"));
         self.stop = Some(Stop {
@@ -531,9 +479,34 @@ impl Holding {
                 message,
             },
             lost,
-            group,
-            procs,
+            stopping,
             kill_at,
+            killed: false,
+        });
+    }
+
+    /// The owner exited: what is left of its process group is stopped (it ran under the lock),
+    /// then the lock is given back; `release` will say so.
+    fn owner_exited(&mut self, when: String) {
+        let pid = self.owner.as_ref().map_or(0, Owner::pid);
+        let mut message = format!(
+            "{}: '{}' was given back at {when} when its owner (pid {pid}) exited",
+            self.name, self.keys_text
+        );
+        let mut stopping = self.owner.as_ref().map(Stopping::begin);
+        if stopping.as_mut().is_some_and(|s| !s.is_over()) {
+            message
+                .push_str("; the processes left in its process group were stopped first (SIGTERM)");
+        }
+        report::verbose(format_args!("{message}"));
+        self.stop = Some(Stop {
+            reply: Reply {
+                code: exit::LOST,
+                message,
+            },
+            lost: false,
+            stopping,
+            kill_at: BootInstant::now() + self.kill_grace,
             killed: false,
         });
     }

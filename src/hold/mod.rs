@@ -17,10 +17,10 @@
 mod format;
 mod handle;
 mod holder;
+mod owner;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -69,25 +69,12 @@ fn setup_failed(e: &std::io::Error) -> u8 {
     exit::UNAVAILABLE
 }
 
-/// The owner's pid (`None` for `--owner none`), checked to be a live process of this user.
-fn resolve_owner(owner: Owner) -> Result<Option<u32>, Usage> {
-    let pid = match owner {
-        Owner::Nobody => return Ok(None),
-        Owner::Caller => sys::parent_pid() as u32,
-        Owner::Pid(p) => p,
-    };
-    if pid <= 1 {
-        // Init's descendants are every process: a loss would stop them all.
-        return Err(Usage(format!(
-            "the owner would be pid {pid}, not a job's process (init's descendants are every \
-             process): give --owner PID, or --owner none with --max-hold"
-        )));
-    }
-    let me = sys::euid();
-    match std::fs::metadata(format!("/proc/{pid}")) {
-        Ok(m) if m.uid() == me || me == 0 => Ok(Some(pid)),
-        Ok(_) => Err(Usage(format!("--owner {pid} is another user's process"))),
-        Err(_) => Err(Usage(format!("--owner {pid}: no such process"))),
+/// The owner, pinned (`None` for `--owner none`).
+fn resolve_owner(owner: Owner) -> Result<Option<owner::Owner>, Usage> {
+    match owner {
+        Owner::Nobody => Ok(None),
+        Owner::Caller => owner::Owner::pin(sys::parent_pid() as u32, true).map(Some),
+        Owner::Pid(p) => owner::Owner::pin(p, false).map(Some),
     }
 }
 
@@ -121,9 +108,7 @@ fn relay(cfg: &AcquireConfig, holder: libc::pid_t, to_holder: UnixStream, relaye
             // The holder ended without the lock (it said why on stderr): its code is ours.
             drop(reader);
             drop(to_holder);
-            let code = exit::child_code(sys::wait_pid(holder));
-            fail_the_eval(cfg.format, code);
-            return code;
+            return exit::child_code(sys::wait_pid(holder));
         };
         let text = format::render(&granted, cfg.format);
         let mut out = std::io::stdout().lock();
@@ -140,11 +125,30 @@ fn relay(cfg: &AcquireConfig, holder: libc::pid_t, to_holder: UnixStream, relaye
 }
 
 /// `eval "$(dlock acquire …)"` of nothing succeeds: a script would go on without the lock, even
-/// under `set -e`. So for `--format sh` into a pipe (not a terminal), a failure prints
-/// `(exit N)`, and the `eval` fails with acquire's own code.
-fn fail_the_eval(format: crate::cli::Format, code: u8) {
+/// under `set -e`. So when `dlock acquire` fails in any way — a usage error too — and prints
+/// for a shell (`--format sh`, the default) into a pipe (not a terminal), it prints `(exit N)`,
+/// and the `eval` fails with acquire's own code. `args` are dlock's arguments, program name
+/// first; anything but `acquire` is left alone.
+pub(crate) fn fail_the_eval(args: &[std::ffi::OsString], code: u8) {
     use std::io::IsTerminal;
-    if format == crate::cli::Format::Sh && !std::io::stdout().is_terminal() {
+    if code == 0 || args.get(1).is_none_or(|a| a != "acquire") || std::io::stdout().is_terminal() {
+        return;
+    }
+    let mut format = "sh".to_string();
+    let mut words = args.iter().skip(2).map(|a| a.to_string_lossy());
+    while let Some(w) = words.next() {
+        if w == "--" {
+            break;
+        }
+        if let Some(v) = w.strip_prefix("--format=") {
+            format = v.to_string();
+        } else if w == "--format" || w == "-f" {
+            format = words.next().map(|v| v.to_string()).unwrap_or_default();
+        } else if let Some(v) = w.strip_prefix("-f").filter(|_| !w.starts_with("--")) {
+            format = v.trim_start_matches('=').to_string();
+        }
+    }
+    if format == "sh" {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "(exit {code})");
         let _ = out.flush();
@@ -175,10 +179,7 @@ pub(crate) fn release(a: &ReleaseArgs) -> u8 {
     let end = handle::end_file(&socket);
     let reply = match reply {
         Some(r) => r,
-        None => match std::fs::read(&end)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<handle::Reply>(&b).ok())
-        {
+        None => match handle::read_end(&end) {
             Some(r) => r,
             None if socket.exists() => handle::Reply {
                 code: exit::LOST,

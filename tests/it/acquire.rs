@@ -204,7 +204,34 @@ pub(crate) fn owner_exit_frees_the_lock_within_a_second(b: &TestBackend) {
     wait_until(Duration::from_secs(1), "the holder to exit", || {
         !alive(o.holder)
     });
+    // Not held until the release: 79, saying why.
+    let out = run_code(&mut release(&o.handle), 79);
+    assert!(
+        one_error_line(&out).contains(&format!("when its owner (pid {}) exited", o.pid)),
+        "{}",
+        describe(&out)
+    );
     run_code(&mut release(&o.handle), 2);
+
+    // An owner that exits leaving a process in its group: that process ran under the lock, and
+    // is stopped before the lock is given back.
+    let key = unique_key("acq-owner-leftover");
+    let dir = scratch("acq-owner-leftover");
+    let left = dir.join("left");
+    let tail = format!(
+        "sh -c 'echo $$ > {}; exec sleep 60' & read _x || true",
+        left.display()
+    );
+    let mut o = start_owner(b, &["-k", &key], &tail);
+    let left: i32 = wait_for_file(&left, Duration::from_secs(5))
+        .parse()
+        .unwrap();
+    o.p.close_stdin();
+    o.p.wait(Duration::from_secs(5));
+    wait_until(Duration::from_secs(2), "the lock to be free", || {
+        b.is_free(&key)
+    });
+    assert!(!alive(left), "what the owner left ran on after the release");
 }
 
 pub(crate) fn break_stops_the_owner_group_and_release_says_79(b: &TestBackend) {

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use crate::acquire::runtime_dir;
 use crate::servers::shared_redis;
@@ -211,15 +212,59 @@ fn systemd_unit_commands() {
     let out = run_ok(&mut shell("sh", &b, &key, main, &unit_env));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "75");
     assert!(b.status(&key)["holders"][0]["reason"] == "nightly's run");
-    // ExecStopPost=/usr/bin/dlock release
-    run_ok(&mut shell(
-        "sh",
-        &b,
-        &key,
-        r#"exec "$D" release"#,
-        &unit_env,
-    ));
+    // The main process has exited: systemd sends SIGTERM to what is left in the unit's
+    // cgroup — the holder, which gives the lock back — and then runs
+    // ExecStopPost=/usr/bin/dlock release, which says it was held throughout.
+    let holder: i32 = unit_env["DLOCK_HOLDER_PID"].parse().unwrap();
+    // SAFETY: plain kill of the holder this test started.
+    unsafe { libc::kill(holder, libc::SIGTERM) };
+    wait_until(Duration::from_secs(5), "the lock to be given back", || {
+        b.is_free(&key)
+    });
+    let release = r#"exec "$D" release"#;
+    let out = run_ok(&mut shell("sh", &b, &key, release, &unit_env));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("when its holder was stopped by SIGTERM"),
+        "{}",
+        describe(&out)
+    );
+    // Where nothing stopped the holder first, the release gives the lock back itself.
+    run_ok(&mut shell("sh", &b, &key, pre, &env));
+    let mut unit_env = env.clone();
+    unit_env.extend(read_environment_file(&dir.join("dlock.env")));
+    let out = run_ok(&mut shell("sh", &b, &key, release, &unit_env));
+    assert!(out.stderr.is_empty(), "{}", describe(&out));
     assert!(b.is_free(&key));
+}
+
+/// However `dlock acquire` fails — a bad flag, a bad URL, a bad owner — `eval` of its output
+/// fails with its code, so a script under `set -e` stops instead of going on without the lock.
+#[test]
+fn eval_of_acquire_with_bad_arguments_fails() {
+    let b = TestBackend::file();
+    let key = unique_key("recipe-eval-usage");
+    for (args, env) in [
+        ("--bogus", None),
+        ("--wait 10x", None),
+        ("--owner none", None),
+        ("", Some(("DLOCK_URL", "nope://x"))),
+    ] {
+        let script = format!(
+            r#"eval "$("$D" acquire -k "$K" {args} 2>/dev/null)" || {{ echo "eval=$?"; exit 0; }}
+echo "went on without the lock""#
+        );
+        let env: BTreeMap<String, String> = env
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into_iter()
+            .collect();
+        let out = run_ok(&mut shell("sh", &b, &key, &script, &env));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "eval=2",
+            "{args}: {}",
+            describe(&out)
+        );
+    }
 }
 
 /// `eval` of nothing succeeds: a failed acquire must make the `eval` fail (with its code), or a

@@ -1,0 +1,179 @@
+//! The process an acquire-held lock is held for, and stopping it with what it started.
+//!
+//! The owner is pinned before the holder is forked — a pidfd and its start time — so that a pid
+//! reused while `acquire` waited for the lock is never taken for it. Stopping signals, once
+//! each: the owner's process group when the owner leads one (a job of a terminal's shell, a
+//! cron job, a service; a group someone above the owner made holds the owner's parents), and
+//! the owner and every process descended from it, each pinned ([`Proc`]) so that a signal
+//! reaches the process scanned or none. Each SIGKILL pass rescans below every process still
+//! running, so what was forked meanwhile (by a child the owner's death orphaned, too) is
+//! caught. A group is dropped as soon as it is empty: its number could then be reused.
+
+use crate::exit::Usage;
+use crate::procs::{self, Proc};
+use crate::sys::{self, PidFd};
+
+/// A pinned owner process.
+pub(super) struct Owner {
+    pid: libc::pid_t,
+    fd: PidFd,
+    proc: Proc,
+}
+
+impl Owner {
+    /// Pins `pid`, a live process of this user (any, for root). `parent`: it must still be this
+    /// process's parent once pinned (the default owner; a parent that died meanwhile could have
+    /// had its pid reused). Refused: init and namespace inits (every process descends from
+    /// them) and a service manager (`systemd --user` runs `ExecStartPre=`).
+    pub(super) fn pin(pid: u32, parent: bool) -> Result<Owner, Usage> {
+        let which = if parent {
+            "the owner (the process that runs dlock acquire)"
+        } else {
+            "--owner"
+        };
+        let hint = "give --owner PID, or --owner none with --max-hold";
+        if pid <= 1 || pid > i32::MAX as u32 {
+            return Err(Usage(format!(
+                "{which} would be pid {pid}, whose descendants are every process: {hint}"
+            )));
+        }
+        let pid = pid as libc::pid_t;
+        let (Some(fd), Some(proc)) = (PidFd::open(pid), Proc::of(pid)) else {
+            return Err(Usage(format!("{which} {pid}: no such process")));
+        };
+        if parent && sys::parent_pid() != pid {
+            return Err(Usage(format!("{which} {pid} exited: {hint}")));
+        }
+        use std::os::unix::fs::MetadataExt;
+        let me = sys::euid();
+        match std::fs::metadata(format!("/proc/{pid}")) {
+            Ok(m) if m.uid() == me || me == 0 => {}
+            _ => return Err(Usage(format!("{which} {pid} is another user's process"))),
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let namespace_init = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|ids| ids.split_whitespace().last())
+            == Some("1");
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if namespace_init || comm.trim_end() == "systemd" {
+            return Err(Usage(format!(
+                "{which} {pid} is {} (a container's first process or a service manager), whose \
+                 descendants are every process of it: {hint}",
+                crate::report::clean(comm.trim_end(), 32)
+            )));
+        }
+        Ok(Owner { pid, fd, proc })
+    }
+
+    /// Its pid.
+    pub(super) fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Its pidfd (readable once it has exited).
+    pub(super) fn fd(&self) -> &PidFd {
+        &self.fd
+    }
+
+    /// Whether it has exited.
+    pub(super) fn has_exited(&self) -> bool {
+        self.fd.has_exited() || !self.proc.is_running()
+    }
+
+    /// Its command line from /proc, arguments joined by spaces, credentials in URLs hidden,
+    /// cut to `max` characters.
+    pub(super) fn command_line(&self, max: usize) -> Option<String> {
+        let raw = std::fs::read(format!("/proc/{}/cmdline", self.pid)).ok()?;
+        let words: Vec<String> = raw
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let text = crate::config::hide_credentials(&words.join(" "));
+        (!text.is_empty() && !self.has_exited()).then(|| text.chars().take(max).collect())
+    }
+}
+
+/// The processes being stopped.
+pub(super) struct Stopping {
+    /// The owner's group (it led it), until it is empty.
+    group: Option<libc::pid_t>,
+    /// The owner and its descendants, pinned.
+    procs: Vec<Proc>,
+}
+
+impl Stopping {
+    /// SIGTERM (and SIGCONT, for a stopped process) to the owner's group and to the owner and
+    /// its descendants; an owner that has exited leaves only its group, if it led one and any
+    /// process of it is left.
+    pub(super) fn begin(owner: &Owner) -> Stopping {
+        let me = std::process::id() as libc::pid_t;
+        let leads = sys::process_group_of(owner.pid) == Some(owner.pid)
+            || (owner.has_exited() && procs::group_is_running(owner.pid));
+        let mut s = Stopping {
+            // Never the holder's own group (it has a session of its own, but be sure).
+            group: (leads && owner.pid != sys::own_process_group()).then_some(owner.pid),
+            procs: Vec::new(),
+        };
+        if !owner.has_exited() {
+            s.procs.push(owner.proc);
+            s.procs.extend(procs::descendants(owner.pid));
+            // Still the one scanned: else the scan may have been of a reused pid.
+            if !owner.proc.is_running() {
+                s.procs.truncate(1);
+            }
+        }
+        s.procs.retain(|p| p.pid != me);
+        s.signal(&[libc::SIGTERM, libc::SIGCONT]);
+        s
+    }
+
+    /// Whether anything is left to stop.
+    pub(super) fn is_over(&mut self) -> bool {
+        if let Some(g) = self.group
+            && !procs::group_is_running(g)
+        {
+            self.group = None;
+        }
+        self.group.is_none() && !self.procs.iter().any(Proc::is_running)
+    }
+
+    /// SIGKILL to everything left, after a rescan below each process still running.
+    pub(super) fn kill(&mut self) {
+        let me = std::process::id() as libc::pid_t;
+        let mut found = Vec::new();
+        for p in self.procs.iter().filter(|p| p.is_running()) {
+            let below = procs::descendants(p.pid);
+            if p.is_running() {
+                found.extend(below);
+            }
+        }
+        self.procs.extend(found);
+        self.procs.retain(|p| p.pid != me);
+        self.procs.sort_by_key(|p| (p.pid, p.start));
+        self.procs.dedup();
+        self.is_over();
+        self.signal(&[libc::SIGKILL]);
+    }
+
+    /// Whether the stop found anything to signal.
+    pub(super) fn found_any(&self) -> bool {
+        self.group.is_some() || !self.procs.is_empty()
+    }
+
+    fn signal(&self, sigs: &[i32]) {
+        if let Some(g) = self.group {
+            for &s in sigs {
+                sys::signal_group(g, s);
+            }
+        }
+        for p in &self.procs {
+            // Once each: a member of the group got it already (a shell's trap would run twice).
+            if self.group.is_none() || sys::process_group_of(p.pid) != self.group {
+                p.signal(sigs);
+            }
+        }
+    }
+}
