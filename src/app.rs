@@ -12,7 +12,7 @@ use crate::backend;
 use crate::cli::{Cli, Command};
 use crate::config::{KeyConfig, LockConfig, RunConfig, Wait};
 use crate::exit::{self, Usage};
-use crate::keeper::{Keeper, deadline_after};
+use crate::keeper::Keeper;
 use crate::lockset;
 use crate::model::{Deadline, Mode, Record};
 use crate::report;
@@ -181,16 +181,7 @@ fn run(run: &RunConfig) -> u8 {
         release(name, &keys_text, lease);
         return exit::signal_code(sig);
     }
-    let clock = LeaseClock {
-        deadline: lease
-            .ttl()
-            .map(|ttl| deadline_after(lease.acquired_at(), ttl)),
-        // SIGKILL must land before the deadline, and the renewal at ttl/3 must not be mistaken
-        // for a failure: so the grace used on lease loss is at most ttl/3.
-        loss_grace: lease
-            .ttl()
-            .map_or(cfg.kill_grace, |ttl| cfg.kill_grace.min(ttl / 3)),
-    };
+    let clock = LeaseClock::of(lease.as_ref(), cfg.kill_grace);
     let env = command_env(cfg, &tokens, claims);
     let quiet = report::is_quiet();
     let child = match supervise::spawn(&run.command, &env, clock.deadline, quiet, &reaper, &events)

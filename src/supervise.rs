@@ -271,6 +271,46 @@ pub struct LeaseClock {
     pub loss_grace: Duration,
 }
 
+impl LeaseClock {
+    /// The clock of a lease just granted: its deadline, and a grace on loss of at most ttl/3
+    /// (SIGKILL must land before the deadline, and the renewal at ttl/3 must not be mistaken
+    /// for a failure).
+    pub(crate) fn of(lease: &dyn crate::backend::Lease, kill_grace: Duration) -> LeaseClock {
+        LeaseClock {
+            deadline: lease
+                .ttl()
+                .map(|ttl| crate::keeper::deadline_after(lease.acquired_at(), ttl)),
+            loss_grace: lease
+                .ttl()
+                .map_or(kill_grace, |ttl| kill_grace.min(ttl / 3)),
+        }
+    }
+
+    /// Whether stopping must begin now, renewals not having succeeded by `deadline −
+    /// loss_grace`: then the reason (naming the last renewal error, taken) and the deadline;
+    /// else `wake` is cut to when it will be due.
+    pub(crate) fn overdue(
+        &self,
+        now: BootInstant,
+        last_error: &mut Option<String>,
+        wake: &mut Duration,
+    ) -> Option<(String, BootInstant)> {
+        let deadline = self.deadline?;
+        let start = deadline - self.loss_grace;
+        if now < start {
+            *wake = (*wake).min(start.saturating_duration_since(now));
+            return None;
+        }
+        let why = last_error
+            .take()
+            .unwrap_or_else(|| "no reply to the last renewal yet".into());
+        Some((
+            format!("the lease could not be renewed before it ran out ({why})"),
+            deadline,
+        ))
+    }
+}
+
 struct Stopping {
     why: Ending,
     kill_at: BootInstant,
@@ -313,18 +353,11 @@ pub fn supervise(
         }
         match &mut stopping {
             None => {
-                if let Some(deadline) = lease.deadline {
-                    let start = deadline - lease.loss_grace;
-                    if now >= start {
-                        let why = last_renew_error
-                            .take()
-                            .unwrap_or_else(|| "no reply to the last renewal yet".into());
-                        let reason =
-                            format!("the lease could not be renewed before it ran out ({why})");
-                        stopping = Some(stop(child, Ending::Lost(reason), deadline));
-                        continue;
-                    }
-                    wake = wake.min(start.saturating_duration_since(now));
+                if let Some((reason, deadline)) =
+                    lease.overdue(now, &mut last_renew_error, &mut wake)
+                {
+                    stopping = Some(stop(child, Ending::Lost(reason), deadline));
+                    continue;
                 }
             }
             Some(s) => {

@@ -22,10 +22,11 @@ use crate::clock::BootInstant;
 use crate::config::AcquireConfig;
 use crate::events::{Event, Events, HolderEvent};
 use crate::exit;
-use crate::keeper::{Keeper, deadline_after};
+use crate::keeper::Keeper;
 use crate::model::{Mode, OwnerRecord, Record};
 use crate::report;
 use crate::signals::{self, Woken};
+use crate::supervise::LeaseClock;
 use crate::sys;
 
 /// The longest owner command line stored beside the lock.
@@ -109,10 +110,8 @@ pub(super) fn hold(
         tokens,
         vars,
     };
-    let ttl = lease.ttl();
     let clock = Clock {
-        deadline: ttl.map(|t| deadline_after(lease.acquired_at(), t)),
-        loss_grace: ttl.map_or(lock.kill_grace, |t| lock.kill_grace.min(t / 3)),
+        lease: LeaseClock::of(lease.as_ref(), lock.kill_grace),
         give_up_at: cfg.max_hold.map(|d| BootInstant::now() + d),
     };
     let (tx, rx) = mpsc::channel();
@@ -259,12 +258,10 @@ fn watch(mut w: Watched, events: Events) -> std::io::Result<()> {
         .map(|_| ())
 }
 
-/// What the holder knows of its lease.
+/// What the holder knows of its lease, and when it must give it up.
 struct Clock {
-    /// When the lease runs out unless renewed; `None` if it never does by itself.
-    deadline: Option<BootInstant>,
-    /// How long before the deadline the owner is stopped when renewals fail.
-    loss_grace: Duration,
+    /// The lease's deadline and how long before it the owner is stopped when renewals fail.
+    lease: LeaseClock,
     /// `--max-hold`'s end.
     give_up_at: Option<BootInstant>,
 }
@@ -312,18 +309,11 @@ impl Holding {
             }
             match &mut self.stop {
                 None => {
-                    if let Some(deadline) = clock.deadline {
-                        let start = deadline - clock.loss_grace;
-                        if now >= start {
-                            let why = last_renew_error
-                                .take()
-                                .unwrap_or_else(|| "no reply to the last renewal yet".into());
-                            let why =
-                                format!("the lease could not be renewed before it ran out ({why})");
-                            self.begin_stop(why, true, deadline);
-                            continue;
-                        }
-                        wake = wake.min(start.saturating_duration_since(now));
+                    if let Some((why, deadline)) =
+                        clock.lease.overdue(now, &mut last_renew_error, &mut wake)
+                    {
+                        self.begin_stop(why, true, deadline);
+                        continue;
                     }
                     if let Some(at) = clock.give_up_at {
                         if now >= at {
@@ -338,7 +328,7 @@ impl Holding {
                 }
                 Some(s) => {
                     // A lost lease's deadline may come before the grace's end.
-                    let kill_at = match clock.deadline {
+                    let kill_at = match clock.lease.deadline {
                         Some(d) if s.lost => d.min(s.kill_at),
                         _ => s.kill_at,
                     };
@@ -369,7 +359,7 @@ impl Holding {
             };
             match event {
                 Event::Renewed(deadline) => {
-                    clock.deadline = Some(deadline);
+                    clock.lease.deadline = Some(deadline);
                     last_renew_error = None;
                 }
                 Event::RenewFailed(e) => last_renew_error = Some(e),

@@ -51,6 +51,12 @@ type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
 
 /// Spawns server processes from a thread that lives as long as the test binary, so that
 /// `PR_SET_PDEATHSIG` (which fires when the spawning *thread* exits) kills them only at the end.
+///
+/// Each server gets a process group of its own. Fault tests stop servers (SIGSTOP); a stopped
+/// process in the test binary's own group made that group one "with stopped jobs", and when
+/// the group then became orphaned (a process of another group that was the parent of one of
+/// its members exited — a dlock run's guardian), the kernel sent SIGHUP to the whole group:
+/// cargo and the test binary died without a word, twice in CI (after `etcd::faults`).
 fn spawn_server(mut cmd: Command) -> std::io::Result<Child> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
     let tx = SPAWNER.get_or_init(|| {
@@ -65,7 +71,7 @@ fn spawn_server(mut cmd: Command) -> std::io::Result<Child> {
                         Ok(())
                     });
                 }
-                let _ = reply.send(cmd.spawn());
+                let _ = reply.send(cmd.process_group(0).spawn());
             }
         });
         Mutex::new(tx)
