@@ -395,18 +395,16 @@ impl Holding {
                     let why = format!("the holder process was stopped by {signal}");
                     self.begin_stop(why, false, BootInstant::now() + self.kill_grace);
                 }
-                Event::Holder(HolderEvent::CallerAcked) => {
-                    // The caller has the handle: let go of its stderr unless it is a terminal
-                    // (where a later loss is worth a line).
+                // The caller has the handle (or died, perhaps after it printed it: keep holding,
+                // for the owner or until --max-hold). Either way, let go of its stderr unless it
+                // is a terminal (where a later loss is worth a line): a `$(… 2>&1)` must end.
+                Event::Holder(HolderEvent::CallerAcked | HolderEvent::CallerGone) => {
                     use std::io::IsTerminal;
                     if !std::io::stderr().is_terminal() {
                         let _ = sys::to_dev_null(2);
                         report::set_verbosity(crate::model::Verbosity::Quiet);
                     }
                 }
-                // The caller may have printed the handle before it died: keep holding (for the
-                // owner, or until --max-hold).
-                Event::Holder(HolderEvent::CallerGone) => {}
                 Event::Holder(HolderEvent::OwnerExited) => {
                     if self.stop.is_none() {
                         self.owner_exited(now_text());
