@@ -64,6 +64,22 @@ impl Keeper {
         }
     }
 
+    /// For a supervisor's loop at `now`: once the first renewal is due, starts the thread and
+    /// returns how that went (`Some`: look again at once); before, cuts `wake` to when it is due
+    /// and returns `None`.
+    pub fn start_if_due(
+        &mut self,
+        now: BootInstant,
+        wake: &mut Duration,
+    ) -> Option<std::io::Result<()>> {
+        let due = self.due()?;
+        if now >= due {
+            return Some(self.start());
+        }
+        *wake = (*wake).min(due.saturating_duration_since(now));
+        None
+    }
+
     /// Starts renewing on a new thread (idempotent). On error the lease is still held here.
     pub fn start(&mut self) -> std::io::Result<()> {
         let State::Idle(_) = &self.state else {

@@ -336,20 +336,17 @@ pub fn supervise(
         let mut wake = Duration::from_secs(1);
         // The keeper starts when the first renewal is due, also while stopping: the lock is held
         // until the command is gone.
-        if let Some(due) = keeper.due() {
-            if now >= due {
-                if let Err(e) = keeper.start() {
-                    // Nobody can renew: the lease runs out at its deadline (enforced below, also
-                    // while stopping); stop the command now with the reason.
-                    let why = format!("cannot start the keeper thread: {e}");
-                    match &mut stopping {
-                        None => stopping = Some(stop(child, Ending::Lost(why), now + kill_grace)),
-                        Some(_) => crate::report::warn(format_args!("{why}")),
-                    }
+        if let Some(started) = keeper.start_if_due(now, &mut wake) {
+            if let Err(e) = started {
+                // Nobody can renew: the lease runs out at its deadline (enforced below, also
+                // while stopping); stop the command now with the reason.
+                let why = format!("cannot start the keeper thread: {e}");
+                match &mut stopping {
+                    None => stopping = Some(stop(child, Ending::Lost(why), now + kill_grace)),
+                    Some(_) => crate::report::warn(format_args!("{why}")),
                 }
-                continue;
             }
-            wake = wake.min(due.saturating_duration_since(now));
+            continue;
         }
         match &mut stopping {
             None => {

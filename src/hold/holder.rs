@@ -297,15 +297,12 @@ impl Holding {
         loop {
             let now = BootInstant::now();
             let mut wake = Duration::from_secs(1);
-            if let Some(due) = keeper.due() {
-                if now >= due {
-                    if let Err(e) = keeper.start() {
-                        let why = format!("cannot start the keeper thread: {e}");
-                        self.begin_stop(why, false, now + self.kill_grace);
-                    }
-                    continue;
+            if let Some(started) = keeper.start_if_due(now, &mut wake) {
+                if let Err(e) = started {
+                    let why = format!("cannot start the keeper thread: {e}");
+                    self.begin_stop(why, false, now + self.kill_grace);
                 }
-                wake = wake.min(due.saturating_duration_since(now));
+                continue;
             }
             match &mut self.stop {
                 None => {
