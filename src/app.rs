@@ -12,6 +12,7 @@ use crate::backend;
 use crate::cli::{Cli, Command};
 use crate::config::{KeyConfig, LockConfig, RunConfig, Wait};
 use crate::exit::{self, Usage};
+use crate::history;
 use crate::keeper::Keeper;
 use crate::lockset;
 use crate::model::{Deadline, Mode, Record};
@@ -69,6 +70,10 @@ fn command_code() -> u8 {
                 Ok(target) => list(&target, crate::model::Verbosity::from(&a.output), a.json),
                 Err(e) => usage(&e),
             },
+        },
+        Command::Log(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
+            Ok(cfg) => history::cmd::log(&cfg, a.runs as usize, a.json),
+            Err(e) => usage(&e),
         },
         Command::Break(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
             Ok(cfg) => break_lock(&cfg),
@@ -181,6 +186,14 @@ fn run(run: &RunConfig) -> u8 {
         release(name, &keys_text, lease);
         return exit::signal_code(sig);
     }
+    let mut lease = lease;
+    let run_log = match begin_history(cfg, lease.as_mut(), &holder, tokens[0]) {
+        Ok(log) => log,
+        Err(code) => {
+            release(name, &keys_text, lease);
+            return code;
+        }
+    };
     let clock = LeaseClock::of(lease.as_ref(), cfg.kill_grace);
     let env = command_env(cfg, &tokens, claims);
     let quiet = report::is_quiet();
@@ -189,7 +202,19 @@ fn run(run: &RunConfig) -> u8 {
         Ok(c) => c,
         Err(e) => {
             report::error(format_args!("{}", e.message));
-            release(name, &keys_text, lease);
+            let ending = history::Ending {
+                code: Some(e.code.into()),
+                note: Some("the command did not start".into()),
+                ..history::Ending::default()
+            };
+            release_run(
+                name,
+                &keys_text,
+                lease,
+                backend.as_ref(),
+                run_log.as_ref(),
+                ending,
+            );
             return e.code;
         }
     };
@@ -215,8 +240,87 @@ fn run(run: &RunConfig) -> u8 {
         keeper.abandon();
         return ending.code();
     }
-    finish(cfg, &keys_text, keeper, &ending);
+    let closing = Closing {
+        backend: backend.as_ref(),
+        run_log: run_log.as_ref(),
+    };
+    finish(cfg, &keys_text, keeper, &ending, &closing);
     ending.code()
+}
+
+/// Records the run's start in the history (unless it is off): `Ok(None)` when none is kept;
+/// `Err(code)` when the run must not start — skipped by `--once-per` (the line is printed), or
+/// the history that `--once-per` needs could not be read.
+pub(crate) fn begin_history(
+    cfg: &LockConfig,
+    lease: &mut dyn backend::Lease,
+    holder: &Record,
+    token: Option<u64>,
+) -> Result<Option<history::RunLog>, u8> {
+    if !cfg.history {
+        return Ok(None);
+    }
+    match history::RunLog::begin(lease, &cfg.keys, holder, token, cfg.once_per) {
+        Ok(log) => Ok(log),
+        Err(history::NotBegun::Skipped(line)) => {
+            report::notice(format_args!("{line}"));
+            Err(cfg.conflict_code)
+        }
+        Err(history::NotBegun::Failed(e)) => {
+            Err(fail(cfg.target.kind.name(), &e, cfg.conflict_code))
+        }
+    }
+}
+
+/// What the end of a run is recorded with.
+pub(crate) struct Closing<'a> {
+    pub backend: &'a dyn backend::Backend,
+    pub run_log: Option<&'a history::RunLog>,
+}
+
+impl Closing<'_> {
+    /// Releases through `keeper`, recording `ending` (with the release where the backend can).
+    pub(crate) fn release(&self, keeper: Keeper, ending: history::Ending) -> anyhow::Result<()> {
+        let Some(log) = self.run_log else {
+            return keeper.release();
+        };
+        let end = log.end(ending);
+        let wrote = keeper.release_with_end(end.clone());
+        if !matches!(wrote, Ok(true)) {
+            log.write_end(self.backend, &end);
+        }
+        wrote.map(|_| ())
+    }
+
+    /// For a lease that is lost: records `ending` through a new connection, waiting at most
+    /// [`LOST_RELEASE_BOUND`].
+    pub(crate) fn record_lost(&self, target: &crate::config::Target, ending: history::Ending) {
+        if let Some(log) = self.run_log {
+            log.write_end_within(target, log.end(ending), LOST_RELEASE_BOUND);
+        }
+    }
+}
+
+/// How a `dlock run` ended, for its history.
+fn run_ending(ending: &Ending) -> history::Ending {
+    use std::os::unix::process::ExitStatusExt;
+    let mut e = history::Ending {
+        code: Some(ending.code().into()),
+        ..history::Ending::default()
+    };
+    match ending {
+        Ending::Exited(status) => e.signal = status.signal().map(i64::from),
+        Ending::Signalled(sig) => {
+            e.signal = Some((*sig).into());
+            e.note = Some(format!("dlock was stopped by {}", exit::signal_name(*sig)));
+        }
+        Ending::Lost(reason) => e.lost = Some(reason.clone()),
+        Ending::GuardianDied { status, .. } => {
+            e.signal = status.signal().map(i64::from);
+            e.note = Some("dlock's guardian process died".into());
+        }
+    }
+    e
 }
 
 /// Opens the backend and takes every key (waiting as configured), writing `holder` beside each;
@@ -296,9 +400,16 @@ pub(crate) fn command_env(
 }
 
 /// After the command: report a loss, or release (and say how it went).
-fn finish(cfg: &LockConfig, keys_text: &str, keeper: Keeper, ending: &Ending) {
+fn finish(
+    cfg: &LockConfig,
+    keys_text: &str,
+    keeper: Keeper,
+    ending: &Ending,
+    closing: &Closing<'_>,
+) {
     let name = cfg.target.kind.name();
     let release_started = Instant::now();
+    let recorded = run_ending(ending);
     let released = match ending {
         Ending::Lost(reason) => {
             report::error(format_args!(
@@ -311,13 +422,14 @@ fn finish(cfg: &LockConfig, keys_text: &str, keeper: Keeper, ending: &Ending) {
             } else {
                 keeper.abandon();
             }
+            closing.record_lost(&cfg.target, recorded);
             return;
         }
         Ending::Signalled(sig) => {
             report::verbose(format_args!("stopped by {}", exit::signal_name(*sig)));
-            keeper.release()
+            closing.release(keeper, recorded)
         }
-        Ending::Exited(_) => keeper.release(),
+        Ending::Exited(_) => closing.release(keeper, recorded),
         Ending::GuardianDied {
             pid,
             status,
@@ -333,7 +445,7 @@ fn finish(cfg: &LockConfig, keys_text: &str, keeper: Keeper, ending: &Ending) {
                     "{name}: the guardian process (pid {pid}) died ({status}) before it could say whether the command started; whatever it started was killed"
                 ));
             }
-            keeper.release()
+            closing.release(keeper, recorded)
         }
     };
     match released {
@@ -363,6 +475,24 @@ fn release_within(keeper: Keeper, bound: std::time::Duration) {
     }
 }
 
+/// Releases a lease that never reached the keeper, recording `ending` for its run.
+fn release_run(
+    name: &str,
+    key: &str,
+    lease: Box<dyn backend::Lease>,
+    backend: &dyn backend::Backend,
+    run_log: Option<&history::RunLog>,
+    ending: history::Ending,
+) {
+    let closing = Closing { backend, run_log };
+    let keeper = Keeper::new(lease, crate::events::Events(mpsc::channel().0));
+    if let Err(e) = closing.release(keeper, ending) {
+        report::warn(format_args!(
+            "{name}: release of '{key}' failed (it expires by itself): {e:#}"
+        ));
+    }
+}
+
 /// Releases a lease that never reached the keeper.
 fn release(name: &str, key: &str, lease: Box<dyn backend::Lease>) {
     if let Err(e) = lease.release() {
@@ -375,14 +505,18 @@ fn release(name: &str, key: &str, lease: Box<dyn backend::Lease>) {
 fn status(cfg: &KeyConfig, json: bool) -> u8 {
     report::set_verbosity(cfg.verbosity);
     let name = cfg.target.kind.name();
-    let result = backend::open(&cfg.target).and_then(|b| b.status(&cfg.key));
+    let result = backend::open(&cfg.target).and_then(|b| {
+        let s = b.status(&cfg.key)?;
+        Ok((s, history::cmd::last_run(b.as_ref(), &cfg.key)))
+    });
     match result {
-        Ok(s) => {
+        Ok((s, last)) => {
             let s = s.with_mode();
             let text = if json {
-                serde_json::to_string(&s).unwrap_or_default() + "\n"
+                history::cmd::status_json(&s, last)
             } else {
                 report::status_text(&s)
+                    + &history::cmd::status_line(last.as_ref(), s.holders.first())
             };
             let _ = std::io::stdout().lock().write_all(text.as_bytes());
             0
@@ -412,18 +546,28 @@ fn list(target: &crate::config::Target, verbosity: crate::model::Verbosity, json
         for key in keys {
             let s = b.status(&key)?;
             if s.held || s.waiters.is_some_and(|w| w > 0) || !s.queue.is_empty() {
-                busy.push(s.with_mode());
+                let last = history::cmd::last_run(b.as_ref(), &key);
+                busy.push((s.with_mode(), last));
             }
         }
-        busy.sort_by(|a, b| a.key.cmp(&b.key));
+        busy.sort_by(|a, b| a.0.key.cmp(&b.0.key));
         Ok((b.location(), busy))
     });
     match found {
         Ok((location, busy)) => {
             let text = if json {
-                serde_json::to_string(&busy).unwrap_or_default() + "\n"
+                let all: Vec<String> = busy
+                    .into_iter()
+                    .map(|(s, last)| history::cmd::status_json(&s, last).trim_end().to_string())
+                    .collect();
+                format!("[{}]\n", all.join(","))
             } else {
-                report::list_text(name, &location, &busy)
+                let lasts: Vec<String> = busy
+                    .iter()
+                    .map(|(s, last)| history::show::last_run_cell(last.as_ref(), s.holders.first()))
+                    .collect();
+                let locks: Vec<crate::model::Status> = busy.into_iter().map(|(s, _)| s).collect();
+                report::list_text(name, &location, &locks, &lasts)
             };
             let _ = std::io::stdout().lock().write_all(text.as_bytes());
             0

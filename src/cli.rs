@@ -26,7 +26,7 @@ pub(crate) const EXIT_STATUS: &[(&str, &str)] = &[
     ),
     (
         "75",
-        "lock not acquired: busy with --no-wait, or --wait ran out (change with -E)",
+        "lock not acquired: busy with --no-wait, --wait ran out, or skipped by --once-per (change with -E)",
     ),
     (
         "79",
@@ -46,7 +46,7 @@ pub(crate) const ACQUIRE_EXIT_STATUS: &[(&str, &str)] = &[
     ("69", "the backend was unavailable or failed"),
     (
         "75",
-        "lock not acquired: busy with --no-wait, or --wait ran out (change with -E)",
+        "lock not acquired: busy with --no-wait, --wait ran out, or skipped by --once-per (change with -E)",
     ),
     ("128+N", "interrupted by signal N while waiting"),
 ];
@@ -109,6 +109,10 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     (
         "DLOCK_HELD",
         "set for the command: the locks it runs under, so that a nested dlock run on the same lock does not wait for itself",
+    ),
+    (
+        crate::history::NO_HISTORY_ENV,
+        "any value but 0, false, no, off or empty: as --no-history, leave no record of runs in the history",
     ),
     (
         "DLOCK_HANDLE, DLOCK_HOLDER_PID",
@@ -263,6 +267,14 @@ line says when and why), 2 for a handle that is malformed, another user's, or al
     Release(ReleaseArgs),
     /// Show who holds KEY, since when, and who waits
     Status(StatusArgs),
+    /// Show the last runs under KEY: where, when, how long, how they ended
+    #[command(
+        long_about = "Show the last runs that held the lock KEY, newest first: start (by the \
+backend's clock where it has one), host, pid and user, duration, how the run ended (exit code, \
+signal, lock lost), fencing token, command and reason. A run killed with SIGKILL, or whose host \
+died, shows \"no end recorded\". At most 100 runs are kept per key."
+    )]
+    Log(LogArgs),
     /// Forcibly remove the lock KEY, whoever holds it
     #[command(
         name = "break",
@@ -388,6 +400,15 @@ pub(crate) struct LockArgs {
     /// the lock busy
     #[arg(long, value_name = "TEXT")]
     pub reason: Option<String>,
+
+    /// Skip (exit 75, or -E's code) when a run of KEY started less than DURATION ago on any
+    /// host, by the backend's clock; for cron on several hosts
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub once_per: Option<Duration>,
+
+    /// Leave no record of this run in KEY's history (`dlock log`)
+    #[arg(long, env = crate::history::NO_HISTORY_ENV, value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_history: bool,
 }
 
 /// `dlock run`.
@@ -475,6 +496,29 @@ pub(crate) struct StatusArgs {
     pub key: Option<String>,
 
     /// Print one JSON object (key, backend, held, holders, ...); without --key, an array of them
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `dlock log`.
+#[derive(Debug, Args)]
+pub(crate) struct LogArgs {
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    /// The lock's name
+    #[arg(short = 'k', long, value_name = "KEY")]
+    pub key: String,
+
+    /// How many runs to show, newest first
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=crate::history::MAX_RUNS as i64))]
+    pub runs: u32,
+
+    /// Print a JSON array of runs instead of text
     #[arg(long)]
     pub json: bool,
 

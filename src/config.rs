@@ -111,6 +111,11 @@ pub(crate) struct LockConfig {
     pub kill_grace: Duration,
     /// `--reason`, cut to [`MAX_REASON`] characters.
     pub reason: Option<String>,
+    /// `--once-per`: skip when a run of the key started less than this ago.
+    pub once_per: Option<Duration>,
+    /// Whether runs are recorded in the key's history (not with `--no-history`, and only for
+    /// exclusive locks: see docs/history.md).
+    pub history: bool,
     /// Diagnostics level.
     pub verbosity: Verbosity,
 }
@@ -156,8 +161,32 @@ impl LockConfig {
             .as_deref()
             .filter(|r| !r.trim().is_empty())
             .map(|r| r.chars().take(MAX_REASON).collect());
+        if let Some(d) = a.once_per {
+            check_max("--once-per", d)?;
+            if d.is_zero() {
+                return Err(Usage("--once-per must be longer than 0s".into()));
+            }
+            if mode != Mode::Exclusive {
+                return Err(Usage(format!(
+                    "--once-per needs an exclusive lock, not {}: only one run at a time can judge whether another started",
+                    mode.describe()
+                )));
+            }
+            if keys.len() > 1 {
+                return Err(Usage(
+                    "--once-per takes one --key: which key's runs would count?".into(),
+                ));
+            }
+            if a.no_history {
+                return Err(Usage(
+                    "--once-per needs the run history, which --no-history (or DLOCK_NO_HISTORY) switches off".into(),
+                ));
+            }
+        }
         Ok(LockConfig {
             target: Target::from_args(backend)?,
+            once_per: a.once_per,
+            history: !a.no_history && mode == Mode::Exclusive,
             keys,
             mode,
             ttl: a.ttl,

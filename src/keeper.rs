@@ -32,8 +32,8 @@ pub struct Keeper {
 enum State {
     Idle(Box<dyn Lease>),
     Running {
-        stop: Sender<()>,
-        thread: JoinHandle<anyhow::Result<()>>,
+        stop: Sender<Option<Vec<u8>>>,
+        thread: JoinHandle<anyhow::Result<bool>>,
     },
 }
 
@@ -112,17 +112,27 @@ impl Keeper {
     /// The thread ends with the process.
     pub fn abandon(self) {
         if let State::Running { stop, .. } = self.state {
-            let _ = stop.send(());
+            let _ = stop.send(None);
         }
     }
 
     /// Stops renewing and releases the lock (a no-op on the server if it was lost). Blocks until
     /// the release is done.
     pub fn release(self) -> anyhow::Result<()> {
+        self.finish(None).map(|_| ())
+    }
+
+    /// [`release`](Keeper::release), adding the run's end event `end` to the history in the
+    /// same round trip where the backend can ([`Lease::release_with_end`]): whether it did.
+    pub fn release_with_end(self, end: Vec<u8>) -> anyhow::Result<bool> {
+        self.finish(Some(end))
+    }
+
+    fn finish(self, end: Option<Vec<u8>>) -> anyhow::Result<bool> {
         match self.state {
-            State::Idle(lease) => lease.release(),
+            State::Idle(lease) => release_lease(lease, end),
             State::Running { stop, thread } => {
-                let _ = stop.send(());
+                let _ = stop.send(end);
                 // A panic aborts a release build (panic = "abort"); only a test build unwinds.
                 thread
                     .join()
@@ -134,15 +144,16 @@ impl Keeper {
 
 fn keep(
     mut lease: Box<dyn Lease>,
-    stop: &mpsc::Receiver<()>,
+    stop: &mpsc::Receiver<Option<Vec<u8>>>,
     events: &Events,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let every = lease.renew_every();
     let retry = (every / 2).min(Duration::from_secs(1));
     let mut next = lease.acquired_at() + every;
     loop {
         match stop.recv_timeout(next.remaining().min(MAX_SLEEP)) {
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+            Ok(end) => return release_lease(lease, end),
+            Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {}
         }
         if next.remaining() > Duration::ZERO {
@@ -161,8 +172,8 @@ fn keep(
             Err(RenewError::Lost(why)) => {
                 events.send(Event::Lost(why));
                 // Nothing to renew any more; wait to be told to clean up.
-                let _ = stop.recv();
-                break;
+                let end = stop.recv().ok().flatten();
+                return release_lease(lease, end);
             }
             Err(RenewError::Failed(e)) => {
                 report::verbose(format_args!("renewal failed, retrying in {retry:?}: {e:#}"));
@@ -171,7 +182,15 @@ fn keep(
             }
         }
     }
-    lease.release()
+    release_lease(lease, None)
+}
+
+/// Releases `lease`, with the run's end event if there is one.
+fn release_lease(lease: Box<dyn Lease>, end: Option<Vec<u8>>) -> anyhow::Result<bool> {
+    match end {
+        Some(end) => lease.release_with_end(&end),
+        None => lease.release().map(|()| false),
+    }
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ mod events;
 mod exit;
 mod generate;
 mod guard;
+mod history;
 mod hold;
 mod keeper;
 mod lockset;

@@ -261,13 +261,19 @@ fn draw(what: &str, holder: &Mutex<Option<Holder>>, stop: &(Mutex<bool>, Condvar
 /// `dlock status` for humans.
 /// `dlock status` without `--key`: one line per lock (key, mode, holders, since, waiters),
 /// everything that came from a server escaped.
-pub(crate) fn list_text(backend: &str, location: &str, locks: &[Status]) -> String {
+pub(crate) fn list_text(
+    backend: &str,
+    location: &str,
+    locks: &[Status],
+    last_runs: &[String],
+) -> String {
     if locks.is_empty() {
         return format!("no lock held or waited for on {backend} ({location})\n");
     }
-    let rows: Vec<[String; 5]> = locks
+    let rows: Vec<[String; 6]> = locks
         .iter()
-        .map(|s| {
+        .zip(last_runs.iter().chain(std::iter::repeat(&String::new())))
+        .map(|(s, last)| {
             let mode = match (s.mode.map(Mode::name), s.limit) {
                 (Some(m), Some(n)) => format!("{m} {n}"),
                 (Some(m), None) => m.to_string(),
@@ -285,11 +291,18 @@ pub(crate) fn list_text(backend: &str, location: &str, locks: &[Status]) -> Stri
                 .max()
                 .map_or("-".into(), short_duration);
             let waiting = s.waiters.map_or("?".into(), |w| w.to_string());
-            [clean(&s.key, MAX_FIELD), mode, holder, since, waiting]
+            [
+                clean(&s.key, MAX_FIELD),
+                mode,
+                holder,
+                since,
+                waiting,
+                last.clone(),
+            ]
         })
         .collect();
-    let header = ["KEY", "MODE", "HOLDER", "FOR", "WAITING"].map(String::from);
-    let widths: Vec<usize> = (0..5)
+    let header = ["KEY", "MODE", "HOLDER", "FOR", "WAITING", "LAST RUN"].map(String::from);
+    let widths: Vec<usize> = (0..6)
         .map(|i| {
             std::iter::once(&header)
                 .chain(&rows)
@@ -505,7 +518,7 @@ mod tests {
             s.queue = queue;
             s.waiters = waiters;
             let s = s.with_mode();
-            let list = list_text("redis", "h:1", std::slice::from_ref(&s));
+            let list = list_text("redis", "h:1", std::slice::from_ref(&s), &[]);
             for text in [status_text(&s), broke_text(&s), list] {
                 proptest::prop_assert!(
                     !text.chars().any(|c| (c.is_control() && c != '\n') || invisible(c)),

@@ -37,6 +37,7 @@ pub(crate) use self::support::{escape_key, hostname, percent_decode, unescape_ke
 use crate::clock::BootInstant;
 use crate::config::Target;
 use crate::exit::Busy;
+pub(crate) use crate::history::{Begun, Stored};
 use crate::model::{BackendKind, Deadline, Holder, Key, Mode, Record, Status};
 use crate::signals::Interrupt;
 
@@ -277,6 +278,20 @@ pub(crate) trait Backend {
     /// Removes `key`'s lock whoever holds it; returns the status just before. Idempotent: a free
     /// lock is not an error.
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status>;
+
+    /// `key`'s run history ([`crate::history`]): the stored events, newest first, at most
+    /// [`MAX_EVENTS`](crate::history::MAX_EVENTS). Empty where the backend keeps none.
+    fn runs(&self, key: &Key) -> anyhow::Result<Vec<Stored>> {
+        let _ = key;
+        Ok(Vec::new())
+    }
+
+    /// Adds the end event `end` to `key`'s history, for a run whose release could not write it
+    /// ([`Lease::release_with_end`]). Whether the lock is still held does not matter.
+    fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
+        let _ = (key, end);
+        Ok(())
+    }
 }
 
 /// Why a renewal failed.
@@ -328,6 +343,23 @@ pub trait Lease: Send {
 
     /// Releases the lock if it is still ours, and wakes one waiter. Consumes the lease.
     fn release(self: Box<Self>) -> anyhow::Result<()>;
+
+    /// Adds the start event `start` to the key's run history ([`crate::history`]) while the
+    /// lock is held, before the command starts. With `once_per`, first looks for a start less
+    /// than that old by the backend's clock: if there is one, adds nothing and returns it
+    /// ([`Begun::Skip`]). [`Begun::NotKept`] where the backend keeps no history.
+    fn begin_run(&mut self, start: &[u8], once_per: Option<Duration>) -> anyhow::Result<Begun> {
+        let _ = (start, once_per);
+        Ok(Begun::NotKept)
+    }
+
+    /// [`release`](Lease::release), adding the end event `end` to the history in the same round
+    /// trip where the backend can: `Ok(true)` if it did, `Ok(false)` if the caller must write
+    /// it ([`Backend::end_run`]).
+    fn release_with_end(self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        let _ = end;
+        self.release().map(|()| false)
+    }
 
     /// For backends whose server tells them at once that a lease is gone (a ZooKeeper session
     /// expiring, the lock node deleted): call `lost` with the reason when that happens, from any

@@ -512,6 +512,44 @@ impl Lease for LeaseSet {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Every key's history gets the start; a skip or an error of any part is the set's (the
+    /// caller refuses `--once-per` with several keys, so a skip cannot follow a recorded start).
+    fn begin_run(
+        &mut self,
+        start: &[u8],
+        once_per: Option<Duration>,
+    ) -> anyhow::Result<crate::backend::Begun> {
+        let mut begun = crate::backend::Begun::NotKept;
+        for (key, lease) in &mut self.parts {
+            match lease
+                .begin_run(start, once_per)
+                .map_err(|e| e.context(format!("'{key}'")))?
+            {
+                crate::backend::Begun::NotKept => {}
+                crate::backend::Begun::Started => begun = crate::backend::Begun::Started,
+                skip @ crate::backend::Begun::Skip { .. } => return Ok(skip),
+            }
+        }
+        Ok(begun)
+    }
+
+    /// Every part writes the end if it can; `false` if any could not (the caller writes it to
+    /// every key, and readers keep one end per run).
+    fn release_with_end(self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        let mut first_error = None;
+        let mut all = true;
+        for (key, lease) in self.parts.into_iter().rev() {
+            match lease.release_with_end(end) {
+                Ok(wrote) => all &= wrote,
+                Err(e) => {
+                    all = false;
+                    first_error.get_or_insert(e.context(format!("'{key}'")));
+                }
+            }
+        }
+        first_error.map_or(Ok(all), Err)
+    }
+
     fn watch_loss(&mut self, lost: LossNotifier) {
         let lost: Arc<LossNotifier> = Arc::new(lost);
         for (key, lease) in &mut self.parts {

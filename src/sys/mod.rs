@@ -90,3 +90,20 @@ pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid takes no arguments and cannot fail.
     unsafe { libc::geteuid() }
 }
+
+/// The effective user's login name, from the password database; `None` if it has none.
+pub(crate) fn user_name() -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: all-zero is a valid `passwd` (null pointers, zero ids).
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is to live memory of the given size; getpwuid_r writes the strings
+    // into `buf` and points `pwd`'s fields (and `found`) into it.
+    let rc = unsafe { libc::getpwuid_r(euid(), &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || pwd.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: pw_name points to a NUL-terminated string inside `buf`, which is still alive.
+    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}

@@ -14,6 +14,13 @@ mod acquire {
     crate::acquire!(TestBackend::file());
 }
 
+/// Run history and `--once-per` (see `history.rs`).
+mod history {
+    use super::*;
+
+    crate::history!(TestBackend::file(), crate::history::file_native());
+}
+
 /// Shared locks, semaphores, several keys and nested runs.
 mod modes {
     use super::*;

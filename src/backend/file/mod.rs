@@ -13,6 +13,7 @@
 //!
 //! This module does not know about children or renewal schedules; see `keeper` and `supervise`.
 
+mod history;
 mod paths;
 mod proc_locks;
 mod slots;
@@ -122,6 +123,7 @@ impl FileBackend {
                 path,
                 data,
                 slot: None,
+                shared_dir: self.shared,
             }));
         }
     }
@@ -190,6 +192,7 @@ impl FileBackend {
             path,
             data,
             slot,
+            shared_dir: self.shared,
         })))
     }
 }
@@ -312,12 +315,21 @@ impl Backend for FileBackend {
 
     fn purge(&self, key: &Key) -> anyhow::Result<()> {
         let path = self.path(key);
+        let _ = std::fs::remove_file(history::path_of(&path));
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
                 Err(e).with_context(|| format!("cannot remove {}", path.display()))
             }
             _ => Ok(()),
         }
+    }
+
+    fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
+        history::read(&self.path(key))
+    }
+
+    fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
+        history::end(&self.path(key), end, self.shared)
     }
 
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
@@ -345,6 +357,8 @@ struct FileLease {
     grant: Grant,
     /// A semaphore's slot file, held `LOCK_EX`.
     slot: Option<(File, PathBuf)>,
+    /// Whether the lock directory is shared with other users (see [`open_lock_file`]).
+    shared_dir: bool,
 }
 
 impl FileLease {
@@ -382,6 +396,23 @@ impl Lease for FileLease {
             }
         }
         Ok(())
+    }
+
+    fn begin_run(
+        &mut self,
+        start: &[u8],
+        once_per: Option<Duration>,
+    ) -> anyhow::Result<crate::history::Begun> {
+        if !self.exclusive() {
+            return Ok(crate::history::Begun::NotKept);
+        }
+        history::begin(&self.path, start, once_per, self.shared_dir)
+    }
+
+    /// The end is appended before the flock is let go: the next holder's start comes after it.
+    fn release_with_end(self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        let wrote = self.exclusive() && history::end(&self.path, end, self.shared_dir).is_ok();
+        self.release().map(|()| wrote)
     }
 
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {

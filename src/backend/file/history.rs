@@ -1,0 +1,176 @@
+//! The file backend's run history (docs/history.md): `NAME.history` beside `NAME.lock`, one
+//! event per line as `MS BODY` (this host's clock — the file backend has one host), appended
+//! under a `flock` of the history file itself. When it holds more than [`MAX_EVENTS`] plus a
+//! slack, the start of a run rewrites it with the newest [`MAX_EVENTS`]. A reader reads at most
+//! [`MAX_FILE`] bytes (the end of a longer file), so a forged file cannot blow it up.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use super::wait::try_flock;
+use crate::history::{Begun, MAX_EVENT_BYTES, MAX_EVENTS, Stored, now_ms};
+
+/// Events past [`MAX_EVENTS`] before the file is rewritten: pruning every few runs, not on
+/// every one.
+const SLACK: usize = 20;
+/// The most a reader reads: enough for every kept event at its largest.
+const MAX_FILE: u64 = ((MAX_EVENTS + SLACK) * (MAX_EVENT_BYTES + 24)) as u64;
+/// How long to wait for another process's hold on the history file (an append or a read: a
+/// few microseconds) before giving up on the history (a warning, never a hang).
+const FLOCK_PATIENCE: Duration = Duration::from_secs(2);
+
+/// The history file of the lock file `lock`.
+pub(super) fn path_of(lock: &Path) -> PathBuf {
+    lock.with_extension("history")
+}
+
+/// Opens the history file (creating it with `mode`) without following a symlink, refusing
+/// anything but a regular file, and locks it (`op`) within [`FLOCK_PATIENCE`].
+/// In a directory shared with other users (`shared`), a history file this process creates is
+/// made writable by all of them, as lock files are.
+fn open_locked(path: &Path, op: libc::c_int, create: Option<bool>) -> anyhow::Result<Option<File>> {
+    let mut o = OpenOptions::new();
+    o.read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    if create.is_some() {
+        o.append(true).create(true).mode(0o666);
+    }
+    let file = match o.open(path) {
+        Ok(f) => f,
+        Err(e) if create.is_none() && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            bail!("refusing {}: it is a symbolic link", path.display())
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+    };
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        bail!("refusing {}: not a regular file", path.display());
+    }
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        if create == Some(true) && meta.uid() == crate::sys::euid() && meta.mode() & 0o666 != 0o666
+        {
+            file.set_permissions(std::fs::Permissions::from_mode(0o666))
+                .with_context(|| format!("cannot share {}", path.display()))?;
+        }
+    }
+    let until = Instant::now() + FLOCK_PATIENCE;
+    while !try_flock(&file, op)? {
+        if Instant::now() >= until {
+            bail!("{} stays locked by another process", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(Some(file))
+}
+
+/// The events in an open history file, oldest first, each line as it is.
+fn read_lines(file: &mut File) -> anyhow::Result<Vec<Vec<u8>>> {
+    let len = file.metadata()?.len();
+    let from = len.saturating_sub(MAX_FILE);
+    file.seek(SeekFrom::Start(from))?;
+    let mut buf = Vec::with_capacity(len.min(MAX_FILE) as usize);
+    file.take(MAX_FILE).read_to_end(&mut buf)?;
+    let mut lines: Vec<Vec<u8>> = buf
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    if from > 0 && !lines.is_empty() {
+        lines.remove(0); // cut in the middle
+    }
+    Ok(lines)
+}
+
+/// A line as a stored event: `MS BODY`.
+fn stored(line: &[u8]) -> Stored {
+    let (at, body) = match line.iter().position(|&b| b == b' ') {
+        Some(i) => (&line[..i], &line[i + 1..]),
+        None => (&line[..0], line),
+    };
+    Stored {
+        at_ms: std::str::from_utf8(at).ok().and_then(|t| t.parse().ok()),
+        body: body.to_vec(),
+    }
+}
+
+fn line(at_ms: u64, body: &[u8]) -> Vec<u8> {
+    let mut l = format!("{at_ms} ").into_bytes();
+    l.extend_from_slice(body);
+    l.push(b'\n');
+    l
+}
+
+/// Adds the start event `body` for the lock file `lock` (see [`crate::backend::Lease::begin_run`]).
+pub(super) fn begin(
+    lock: &Path,
+    body: &[u8],
+    once_per: Option<Duration>,
+    shared: bool,
+) -> anyhow::Result<Begun> {
+    let path = path_of(lock);
+    let Some(mut file) = open_locked(&path, libc::LOCK_EX, Some(shared))? else {
+        bail!("cannot open {}", path.display());
+    };
+    let lines = read_lines(&mut file)?;
+    let now = now_ms();
+    if let Some(d) = once_per {
+        let last_start = lines
+            .iter()
+            .rev()
+            .map(|l| stored(l))
+            .find(|s| crate::history::Event::read(s).is_some_and(|e| e.ev == "start"));
+        if let Some(last) = last_start {
+            // A start "in the future" (the clock went back) counts as just now.
+            let ago = Duration::from_millis(now.saturating_sub(last.at_ms.unwrap_or(now)));
+            if ago < d {
+                return Ok(Begun::Skip { last, ago });
+            }
+        }
+    }
+    let new = line(now, body);
+    if lines.len() >= MAX_EVENTS + SLACK {
+        let mut kept: Vec<u8> = Vec::new();
+        for l in &lines[lines.len() + 1 - MAX_EVENTS..] {
+            kept.extend_from_slice(l);
+            kept.push(b'\n');
+        }
+        kept.extend_from_slice(&new);
+        file.set_len(0)?;
+        file.write_all(&kept)?;
+    } else {
+        file.write_all(&new)?;
+    }
+    Ok(Begun::Started)
+}
+
+/// Appends the end event `body` to the history of the lock file `lock`.
+pub(super) fn end(lock: &Path, body: &[u8], shared: bool) -> anyhow::Result<()> {
+    let path = path_of(lock);
+    let Some(mut file) = open_locked(&path, libc::LOCK_EX, Some(shared))? else {
+        bail!("cannot open {}", path.display());
+    };
+    file.write_all(&line(now_ms(), body))
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The events of the lock file `lock`'s history, newest first (none without a history file).
+pub(super) fn read(lock: &Path) -> anyhow::Result<Vec<Stored>> {
+    let path = path_of(lock);
+    let Some(mut file) = open_locked(&path, libc::LOCK_SH, None)? else {
+        return Ok(Vec::new());
+    };
+    let lines = read_lines(&mut file)?;
+    Ok(lines
+        .iter()
+        .rev()
+        .take(MAX_EVENTS)
+        .map(|l| stored(l))
+        .collect())
+}

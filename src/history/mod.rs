@@ -1,0 +1,189 @@
+//! Run history and `--once-per` (docs/history.md): every exclusive run that held a lock leaves
+//! two small events beside it on the backend — a *start* when the command is about to run and an
+//! *end* when it is over — and `dlock log`/`status` read them back, pair them by run id and show
+//! the runs newest first.
+//!
+//! Backends store events, not runs: an event is one bounded JSON object (written here, untrusted
+//! when read back), with the backend's clock reading beside it ([`Stored::at_ms`]) where the
+//! backend has a clock. A run killed with `kill -9` leaves a start and no end, and is shown as
+//! such. How many events a key keeps ([`MAX_EVENTS`]) and how large one may be
+//! ([`MAX_EVENT_BYTES`]) bounds every reader against a forged history.
+
+pub(crate) mod cmd;
+pub(crate) mod record;
+pub(crate) mod show;
+
+use std::time::Duration;
+
+use crate::backend::{Backend, Lease};
+use crate::model::{Key, Record};
+use crate::report;
+
+pub(crate) use self::record::{Ending, Event, Run, Stored, merge};
+
+/// How many runs a key's history keeps, at most.
+pub(crate) const MAX_RUNS: usize = 100;
+/// How many events (a start and an end per run) a backend keeps and hands to a reader, at most.
+pub(crate) const MAX_EVENTS: usize = 2 * MAX_RUNS;
+/// The largest event dlock writes, and the largest a reader parses (a bigger one is shown as
+/// unreadable, never read).
+pub(crate) const MAX_EVENT_BYTES: usize = 4096;
+/// The longest command line an event keeps, in characters.
+const MAX_COMMAND_CHARS: usize = 1024;
+/// The environment variable that switches history off, as `--no-history` does.
+pub(crate) const NO_HISTORY_ENV: &str = "DLOCK_NO_HISTORY";
+
+/// What [`Lease::begin_run`] found.
+#[derive(Debug)]
+pub enum Begun {
+    /// The start is recorded: run the command.
+    Started,
+    /// A run of the key started `ago` (by the backend's clock) — less than `--once-per` ago:
+    /// nothing was recorded; give the lock back and do not run.
+    Skip {
+        /// That run's start event.
+        last: Stored,
+        /// How long ago it started.
+        ago: Duration,
+    },
+    /// The backend keeps no history.
+    NotKept,
+}
+
+/// A run whose start is recorded, until its end is.
+pub(crate) struct RunLog {
+    id: String,
+    keys: Vec<Key>,
+}
+
+/// Why a run does not start: skipped by `--once-per` (the line to print), or a failure that made
+/// it impossible to tell.
+pub(crate) enum NotBegun {
+    Skipped(String),
+    Failed(anyhow::Error),
+}
+
+impl RunLog {
+    /// Records the start of the run holding `lease` on `keys` (with `once_per`, unless a run
+    /// started less than that ago: [`NotBegun::Skipped`]). `Ok(None)`: no history is kept (off,
+    /// or the backend keeps none); a failure to write history without `--once-per` is a warning,
+    /// not a reason to keep the command from running.
+    pub(crate) fn begin(
+        lease: &mut dyn Lease,
+        keys: &[Key],
+        holder: &Record,
+        token: Option<u64>,
+        once_per: Option<Duration>,
+    ) -> Result<Option<RunLog>, NotBegun> {
+        let id = new_run_id(holder);
+        let start = Event::start(&id, holder, token, MAX_COMMAND_CHARS);
+        let body = serde_json::to_vec(&start).unwrap_or_default();
+        match lease.begin_run(&body, once_per) {
+            Ok(Begun::Started) => Ok(Some(RunLog {
+                id,
+                keys: keys.to_vec(),
+            })),
+            Ok(Begun::Skip { last, ago }) => Err(NotBegun::Skipped(show::skip_line(
+                &keys[0],
+                &last,
+                ago,
+                once_per.unwrap_or_default(),
+            ))),
+            Ok(Begun::NotKept) if once_per.is_some() => Err(NotBegun::Failed(
+                crate::exit::Usage(
+                    "this backend keeps no run history, so --once-per cannot work here".into(),
+                )
+                .into(),
+            )),
+            Ok(Begun::NotKept) => Ok(None),
+            Err(e) if once_per.is_some() => Err(NotBegun::Failed(
+                e.context("cannot check the run history for --once-per"),
+            )),
+            Err(e) => {
+                report::warn(format_args!(
+                    "cannot record the run in the history (the command runs anyway; --no-history switches it off): {e:#}"
+                ));
+                Ok(None)
+            }
+        }
+    }
+
+    /// The end event for `ending`, to hand to [`Lease::release_with_end`] or
+    /// [`RunLog::write_end`].
+    pub(crate) fn end(&self, ending: Ending) -> Vec<u8> {
+        serde_json::to_vec(&Event::end(&self.id, ending)).unwrap_or_default()
+    }
+
+    /// Writes `end` for every key through `backend` (when the release could not), warning on
+    /// failure.
+    pub(crate) fn write_end(&self, backend: &dyn Backend, end: &[u8]) {
+        for key in &self.keys {
+            if let Err(e) = backend.end_run(key, end) {
+                report::warn(format_args!(
+                    "cannot record the end of the run of '{key}' in the history: {e:#}"
+                ));
+            }
+        }
+    }
+
+    /// Writes `end` for every key through a new connection to `target`, waiting at most `bound`
+    /// (for a run whose lease was lost: its own connection may hang on a server that stopped
+    /// answering).
+    pub(crate) fn write_end_within(
+        &self,
+        target: &crate::config::Target,
+        end: Vec<u8>,
+        bound: Duration,
+    ) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let target = target.clone();
+        let keys = self.keys.clone();
+        let spawned = std::thread::Builder::new()
+            .name("dlock-history".into())
+            .spawn(move || {
+                let written = crate::backend::open(&target)
+                    .and_then(|b| keys.iter().try_for_each(|k| b.end_run(k, &end)));
+                let _ = tx.send(written);
+            });
+        if spawned.is_err() {
+            return;
+        }
+        match rx.recv_timeout(bound) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => report::warn(format_args!(
+                "cannot record the end of the run in the history: {e:#}"
+            )),
+            Err(_) => report::warn(format_args!(
+                "cannot record the end of the run in the history: no answer within {}",
+                report::short_duration(bound)
+            )),
+        }
+    }
+}
+
+/// A run's id: 16 hex digits from the holder, the time and the boot clock. Unique enough that
+/// two runs of one key never share one (they differ in pid or in time).
+fn new_run_id(holder: &Record) -> String {
+    use sha2::{Digest, Sha256};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut h = Sha256::new();
+    h.update(holder.host.as_deref().unwrap_or("").as_bytes());
+    h.update(holder.pid.unwrap_or(0).to_le_bytes());
+    h.update(now.as_nanos().to_le_bytes());
+    h.update(crate::sys::boottime().as_nanos().to_le_bytes());
+    h.finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// This host's clock, in milliseconds since the Unix epoch (0 before 1970).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
