@@ -293,10 +293,11 @@ impl Closing<'_> {
     }
 
     /// For a lease that is lost: records `ending` through a new connection, waiting at most
-    /// [`LOST_RELEASE_BOUND`].
+    /// [`LOST_END_BOUND`] — a loss is often a server that stopped answering, and dlock exits
+    /// at once after a loss (the run shows "no end recorded" then).
     pub(crate) fn record_lost(&self, target: &crate::config::Target, ending: history::Ending) {
         if let Some(log) = self.run_log {
-            log.write_end_within(target, log.end(ending), LOST_RELEASE_BOUND);
+            log.write_end_within(target, log.end(ending), LOST_END_BOUND);
         }
     }
 }
@@ -458,6 +459,9 @@ fn finish(
         )),
     }
 }
+
+/// How long a run that lost its lock spends recording its end in the history before it exits.
+const LOST_END_BOUND: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// How long a run that lost one of several keys spends releasing the others before it exits.
 const LOST_RELEASE_BOUND: std::time::Duration = std::time::Duration::from_secs(2);

@@ -13,7 +13,9 @@ use std::time::Duration;
 use redis::Script;
 
 use super::redis::Connection;
+use super::redis::history;
 use crate::backend::Grant;
+use crate::history::{Begun, MAX_EVENTS, Stored};
 
 use super::redis::{
     COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, acquire_script, release_script, script, token,
@@ -344,6 +346,45 @@ impl Backend for Redlock {
         Ok(status)
     }
 
+    /// Every master's events, merged: one copy of each (by its bytes), newest first by the
+    /// masters' clocks.
+    fn runs(&self, key: &Key) -> anyhow::Result<Vec<Stored>> {
+        let keys = Keys::new(key);
+        let results = parallel(&mut self.slots(), |slot| {
+            slot.with(COMMAND_TIMEOUT, |c| history::read(c, &keys))
+        });
+        let answered = results.iter().filter(|r| r.is_ok()).count();
+        if answered < self.quorum() {
+            let first = results.into_iter().find_map(Result::err);
+            return Err(first.unwrap_or_else(|| anyhow::anyhow!("no master answered")));
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut all: Vec<Stored> = results
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|s| seen.insert(s.body.clone()))
+            .collect();
+        all.sort_by_key(|s| std::cmp::Reverse(s.at_ms));
+        all.truncate(MAX_EVENTS);
+        Ok(all)
+    }
+
+    /// On every master that answers; an error only if none did.
+    fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
+        let keys = Keys::new(key);
+        let results = parallel(&mut self.slots(), |slot| {
+            slot.with(COMMAND_TIMEOUT, |c| history::end(c, &keys, end))
+        });
+        if results.iter().any(|r| r.is_ok()) {
+            return Ok(());
+        }
+        results
+            .into_iter()
+            .find_map(Result::err)
+            .map_or(Ok(()), Err)
+    }
+
     fn purge(&self, key: &Key) -> anyhow::Result<()> {
         let keys = Keys::new(key);
         let del = keys.del_all();
@@ -443,5 +484,61 @@ impl Lease for RedlockLease {
         let timeout = node_timeout(self.ttl).max(Duration::from_millis(200));
         Redlock::release_all(&mut self.slots, &self.keys, &self.token, timeout);
         Ok(())
+    }
+
+    /// With `--once-per`, every master is asked for its newest start first and nothing is
+    /// written unless a quorum answered and none knows a start within DUR (each judged by its
+    /// own clock); then the start goes to every master, and counts once a quorum has it. A run
+    /// that counted is on a quorum, which meets the quorum the next run asks.
+    fn begin_run(&mut self, start: &[u8], once_per: Option<Duration>) -> anyhow::Result<Begun> {
+        let timeout = node_timeout(self.ttl).max(Duration::from_millis(200));
+        let (keys, n, quorum) = (&self.keys, self.slots.len(), self.quorum);
+        if let Some(within) = once_per {
+            let found = parallel(&mut self.slots, |slot| {
+                slot.with(timeout, |c| history::last_start(c, keys))
+            });
+            let answered = found.iter().filter(|r| r.is_ok()).count();
+            if answered < quorum {
+                let first = found.into_iter().find_map(Result::err);
+                return Err(anyhow::anyhow!(
+                    "only {answered} of {n} masters answered ({quorum} needed): {:#}",
+                    first.unwrap_or_else(|| anyhow::anyhow!("no reply"))
+                ));
+            }
+            let youngest = found
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|(_, ago)| *ago < within)
+                .min_by_key(|(_, ago)| *ago);
+            if let Some((last, ago)) = youngest {
+                return Ok(Begun::Skip { last, ago });
+            }
+        }
+        let wrote = parallel(&mut self.slots, |slot| {
+            slot.with(timeout, |c| history::begin(c, keys, start, None))
+        });
+        let ok = wrote
+            .iter()
+            .filter(|r| matches!(r, Ok(Begun::Started)))
+            .count();
+        if ok < quorum {
+            let first = wrote.into_iter().find_map(Result::err);
+            return Err(anyhow::anyhow!(
+                "the start was recorded on only {ok} of {n} masters ({quorum} needed): {:#}",
+                first.unwrap_or_else(|| anyhow::anyhow!("no reply"))
+            ));
+        }
+        Ok(Begun::Started)
+    }
+
+    /// The end and the release in one script per master, all at once.
+    fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        let timeout = node_timeout(self.ttl).max(Duration::from_millis(200));
+        let (keys, token) = (&self.keys, &self.token);
+        let done = parallel(&mut self.slots, |slot| {
+            slot.with(timeout, |c| history::release_end(c, keys, token, end))
+        });
+        Ok(done.iter().all(Result::is_ok))
     }
 }

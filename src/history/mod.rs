@@ -148,12 +148,13 @@ impl RunLog {
         if spawned.is_err() {
             return;
         }
+        // After a loss, which has been reported: a missing end is worth a -v line only.
         match rx.recv_timeout(bound) {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => report::warn(format_args!(
+            Ok(Err(e)) => report::verbose(format_args!(
                 "cannot record the end of the run in the history: {e:#}"
             )),
-            Err(_) => report::warn(format_args!(
+            Err(_) => report::verbose(format_args!(
                 "cannot record the end of the run in the history: no answer within {}",
                 report::short_duration(bound)
             )),

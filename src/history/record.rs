@@ -226,14 +226,20 @@ pub(crate) fn merge(stored: &[Stored], n: usize) -> Vec<Run> {
     runs
 }
 
+/// An event that does not read: its size (or that it is over the cap: backends may cut one
+/// that is, on the server, to bound the reply) and its first bytes.
 fn unreadable(s: &Stored) -> Run {
     let head = &s.body[..s.body.len().min(MAX_FIELD)];
+    let size = if s.body.len() > MAX_EVENT_BYTES {
+        format!("over the {MAX_EVENT_BYTES}-byte cap")
+    } else {
+        format!("{} bytes", s.body.len())
+    };
     Run {
         state: "unreadable",
         started_ms: s.at_ms,
         unreadable: Some(format!(
-            "{} bytes: {}",
-            s.body.len(),
+            "{size}: {}",
             cut(Some(String::from_utf8_lossy(head).into_owned())).unwrap_or_default()
         )),
         ..Run::default()
@@ -282,7 +288,7 @@ mod tests {
                 .unreadable
                 .as_ref()
                 .unwrap()
-                .starts_with("5036 bytes")
+                .starts_with("over the 4096-byte cap: {")
         );
         assert!(runs[0].unreadable.as_ref().unwrap().chars().count() < 300);
     }

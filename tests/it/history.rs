@@ -292,7 +292,14 @@ pub(crate) fn forged_history_records_are_shown_escaped_and_capped(b: &TestBacken
     }
     let text = String::from_utf8(run_ok(b.cmd("log").args(["-k", &key])).stdout).unwrap();
     assert!(text.contains("\\x1b[2J"), "escaped, not dropped:\n{text}");
-    assert!(text.contains("unreadable record (60036 bytes"), "{text}");
+    assert!(
+        text.contains("unreadable record (over the 4096-byte cap: {\"run\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("unreadable record (22 bytes: \\x1b[31mnot json"),
+        "{text}"
+    );
     let runs = log_json(b, &key, 10);
     assert_eq!(runs.len(), 4, "{runs:#?}");
     assert_eq!(runs[0]["state"], "unreadable");
@@ -345,5 +352,85 @@ pub(crate) fn file_native() -> Native {
                 .map(|t| t.split(|&c| c == b'\n').filter(|l| !l.is_empty()).count())
                 .unwrap_or(0)
         },
+    }
+}
+
+/// The Redis ports a backend's `--url`s name (one, or each Redlock master's).
+fn redis_ports(b: &TestBackend) -> Vec<String> {
+    b.args
+        .iter()
+        .filter(|a| a.starts_with("redis://"))
+        .filter_map(|a| {
+            a.rsplit(':')
+                .next()
+                .map(|p| p.trim_end_matches('/').to_string())
+        })
+        .collect()
+}
+
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// `redis-cli` (following Cluster redirections) on `port`.
+fn redis_cli(port: &str, args: &[&std::ffi::OsStr]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-c", "-p", port])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    assert!(out.status.success(), "{}", describe(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn redis_forge(port: &str, key: &str, body: &[u8]) {
+    use std::os::unix::ffi::OsStrExt;
+    let mut entry = format!("{} ", now_ms()).into_bytes();
+    entry.extend_from_slice(body);
+    let list = format!("dlock:{{{key}}}:runs");
+    redis_cli(
+        port,
+        &[
+            "LPUSH".as_ref(),
+            list.as_ref(),
+            std::ffi::OsStr::from_bytes(&entry),
+        ],
+    );
+}
+
+fn redis_count(port: &str, key: &str) -> usize {
+    let list = format!("dlock:{{{key}}}:runs");
+    redis_cli(port, &["LLEN".as_ref(), list.as_ref()])
+        .parse()
+        .unwrap()
+}
+
+/// Redis, a Cluster (through its first node) or Redlock (every master) named by `--url`: the
+/// list `dlock:{KEY}:runs`, with `redis-cli`.
+pub(crate) fn redis_native() -> Native {
+    Native {
+        forge: |b, key, body| {
+            for port in redis_ports(b) {
+                redis_forge(&port, key, body);
+            }
+        },
+        count: |b, key| redis_count(&redis_ports(b)[0], key),
+    }
+}
+
+/// Redis behind Sentinel: the same list on the current primary.
+pub(crate) fn sentinel_native() -> Native {
+    fn port() -> String {
+        crate::servers::shared_redis_sentinel()
+            .unwrap()
+            .primary_port()
+            .to_string()
+    }
+    Native {
+        forge: |_, key, body| redis_forge(&port(), key, body),
+        count: |_, key| redis_count(&port(), key),
     }
 }

@@ -12,6 +12,19 @@ crate::conformance!(match shared_redis() {
     None => return,
 });
 
+/// Run history and `--once-per` (see `history.rs`).
+mod history {
+    use super::*;
+
+    crate::history!(
+        match shared_redis() {
+            Some(url) => TestBackend::redis(&url),
+            None => return,
+        },
+        crate::history::redis_native()
+    );
+}
+
 /// `dlock acquire` and `dlock release` (see `acquire.rs`).
 mod acquire {
     use super::*;

@@ -11,6 +11,19 @@ crate::conformance!(match shared_redis_cluster() {
     None => return,
 });
 
+/// Run history and `--once-per` (see `history.rs`).
+mod history {
+    use super::*;
+
+    crate::history!(
+        match shared_redis_cluster() {
+            Some(c) => TestBackend::redis(&c.url(0)),
+            None => return,
+        },
+        crate::history::redis_native()
+    );
+}
+
 /// `dlock acquire` and `dlock release` (see `acquire.rs`).
 mod acquire {
     use super::*;

@@ -11,6 +11,19 @@ crate::conformance!(match shared_redis_sentinel() {
     None => return,
 });
 
+/// Run history and `--once-per` (see `history.rs`).
+mod history {
+    use super::*;
+
+    crate::history!(
+        match shared_redis_sentinel() {
+            Some(s) => TestBackend::redis(&s.url()),
+            None => return,
+        },
+        crate::history::sentinel_native()
+    );
+}
+
 /// `dlock acquire` and `dlock release` (see `acquire.rs`).
 mod acquire {
     use super::*;

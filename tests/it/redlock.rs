@@ -10,6 +10,19 @@ crate::conformance!(match shared_redlock() {
     None => return,
 });
 
+/// Run history and `--once-per` (see `history.rs`).
+mod history {
+    use super::*;
+
+    crate::history!(
+        match shared_redlock() {
+            Some(urls) => TestBackend::redlock(&urls),
+            None => return,
+        },
+        crate::history::redis_native()
+    );
+}
+
 /// `dlock acquire` and `dlock release` (see `acquire.rs`).
 mod acquire {
     use super::*;

@@ -99,6 +99,35 @@ impl Lease for RedisLease {
         }
     }
 
+    fn begin_run(
+        &mut self,
+        start: &[u8],
+        once_per: Option<Duration>,
+    ) -> anyhow::Result<crate::history::Begun> {
+        if self.mode != Mode::Exclusive {
+            return Ok(crate::history::Begun::NotKept);
+        }
+        let addr = self.node.addr.clone();
+        let keys = self.keys.clone();
+        let con = self.con()?;
+        super::history::begin(con, &keys, start, once_per)
+            .map_err(|e| anyhow::anyhow!("{addr}: {e}"))
+    }
+
+    /// The end goes out in the release's script: one round trip for both.
+    fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        if self.mode != Mode::Exclusive {
+            return self.release().map(|()| false);
+        }
+        let addr = self.node.addr.clone();
+        let keys = self.keys.clone();
+        let token = self.token.clone();
+        let con = self.con()?;
+        super::history::release_end(con, &keys, &token, end)
+            .map_err(|e| anyhow::anyhow!("{addr}: {e}"))?;
+        Ok(true)
+    }
+
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
         let inv = release_for(&self.keys, &self.token, self.mode);
         let addr = self.node.addr.clone();

@@ -21,6 +21,7 @@ use redis::{ConnectionInfo, Script};
 
 mod cluster;
 mod conn;
+pub(super) mod history;
 mod lease;
 mod names;
 mod scripts;
@@ -521,6 +522,18 @@ impl Backend for RedisBackend {
             .query(&mut con)
             .map_err(|e| Unavailable(format!("{}: {e}", self.node.addr)))?;
         Ok(())
+    }
+
+    fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
+        let mut con = self.node.connect(COMMAND_TIMEOUT)?;
+        history::read(&mut con, &Keys::new(key))
+            .map_err(|e| self.node.error(self.node.addr.clone(), e))
+    }
+
+    fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
+        let mut con = self.node.connect(COMMAND_TIMEOUT)?;
+        history::end(&mut con, &Keys::new(key), end)
+            .map_err(|e| self.node.error(self.node.addr.clone(), e))
     }
 
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {

@@ -4,6 +4,7 @@
 use crate::model::Key;
 
 /// The names of one lock's keys.
+#[derive(Clone)]
 pub(in crate::backend) struct Keys {
     pub(in crate::backend) lock: String,
     pub(in crate::backend) fence: String,
@@ -16,6 +17,10 @@ pub(in crate::backend) struct Keys {
     pub(in crate::backend) hmeta: String,
     /// Waiting exclusive runs: token -> registration end; new shared holders wait for them.
     pub(in crate::backend) wwait: String,
+    /// The run history: a list of events, newest first (redis/history.rs).
+    pub(in crate::backend) runs: String,
+    /// The newest start event, for `--once-per`.
+    pub(in crate::backend) lastrun: String,
 }
 
 impl Keys {
@@ -33,6 +38,8 @@ impl Keys {
             holders: format!("{lock}:holders"),
             hmeta: format!("{lock}:hmeta"),
             wwait: format!("{lock}:wwait"),
+            runs: format!("{lock}:runs"),
+            lastrun: format!("{lock}:lastrun"),
             lock,
         }
     }
@@ -47,7 +54,9 @@ impl Keys {
             .arg(&self.waiters)
             .arg(&self.holders)
             .arg(&self.hmeta)
-            .arg(&self.wwait);
+            .arg(&self.wwait)
+            .arg(&self.runs)
+            .arg(&self.lastrun);
         cmd
     }
 }

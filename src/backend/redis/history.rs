@@ -1,0 +1,187 @@
+//! Run history on Redis (docs/history.md): a list `dlock:{TAG}:runs` of `MS BODY` events,
+//! newest first, trimmed to [`MAX_EVENTS`] by every write, and `dlock:{TAG}:lastrun`, the newest
+//! start, for `--once-per`. `MS` is the server's clock (`TIME` in the script). Both keys share
+//! the lock's hash tag (one Cluster slot) and expire [`KEEP`] after their last write. Every
+//! script is one round trip; the end goes out with the release (`release_end`).
+
+use std::time::Duration;
+
+use redis::Script;
+
+use super::scripts::script;
+use super::{Connection, Keys, SIGNAL_TTL_MS};
+use crate::history::{Begun, MAX_EVENT_BYTES, MAX_EVENTS, Stored};
+
+/// Adds a start (or skips: `--once-per`).
+const RUN_START: &str = include_str!("lua/run_start.lua");
+/// Adds an end, then releases the lock as release.lua does.
+const RELEASE_END: &str = concat!(
+    include_str!("lua/run_end.lua"),
+    include_str!("lua/release.lua")
+);
+/// Adds an end.
+const RUN_END: &str = concat!(include_str!("lua/run_end.lua"), "return 1\n");
+/// The newest events, each cut.
+const RUNS: &str = include_str!("lua/runs.lua");
+/// The newest start and its age.
+const RUN_LAST: &str = include_str!("lua/run_last.lua");
+
+/// How long a key's history outlives its last write: a key unused for this long loses it.
+const KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Bytes read of one event: the server's `MS ` and an event at its largest, and one more (a
+/// longer one reads as over the cap).
+const READ_CAP: usize = MAX_EVENT_BYTES + 32;
+
+fn keep_ms(once_per: Option<Duration>) -> u64 {
+    let keep = once_per.map_or(KEEP, |d| d.max(KEEP));
+    u64::try_from(keep.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// An event as stored: `MS BODY`.
+fn stored(entry: &[u8]) -> Stored {
+    let (at, body) = match entry.iter().position(|&b| b == b' ') {
+        Some(i) => (&entry[..i], &entry[i + 1..]),
+        None => (&entry[..0], entry),
+    };
+    Stored {
+        at_ms: std::str::from_utf8(at).ok().and_then(|t| t.parse().ok()),
+        body: body.to_vec(),
+    }
+}
+
+/// `run_start.lua`: the start, or the newest start when `once_per` says skip.
+pub(in crate::backend) fn begin(
+    con: &mut Connection,
+    keys: &Keys,
+    body: &[u8],
+    once_per: Option<Duration>,
+) -> redis::RedisResult<Begun> {
+    static S: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+    let within = once_per.map_or(0, |d| {
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    });
+    let reply: Vec<redis::Value> = script(&S, RUN_START)
+        .key(&keys.runs)
+        .key(&keys.lastrun)
+        .arg(body)
+        .arg(within)
+        .arg(MAX_EVENTS)
+        .arg(keep_ms(once_per))
+        .invoke(con)?;
+    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).ok();
+    match reply.as_slice() {
+        [first] if int(first) == Some(1) => Ok(Begun::Started),
+        [first, last, ago] if int(first) == Some(0) => {
+            let last: Vec<u8> = redis::from_redis_value(last.clone())?;
+            let ago = int(ago).and_then(|a| u64::try_from(a).ok()).unwrap_or(0);
+            let mut last = last;
+            last.truncate(READ_CAP);
+            Ok(Begun::Skip {
+                last: stored(&last),
+                ago: Duration::from_millis(ago),
+            })
+        }
+        _ => Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "unexpected reply to the history script",
+        ))),
+    }
+}
+
+/// `run_last.lua`: the newest start and how long ago it was, if any.
+pub(in crate::backend) fn last_start(
+    con: &mut Connection,
+    keys: &Keys,
+) -> redis::RedisResult<Option<(Stored, Duration)>> {
+    static S: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+    let reply: Vec<redis::Value> = script(&S, RUN_LAST).key(&keys.lastrun).invoke(con)?;
+    let [last, ago] = reply.as_slice() else {
+        return Ok(None);
+    };
+    let mut last: Vec<u8> = redis::from_redis_value(last.clone())?;
+    last.truncate(READ_CAP);
+    let ago: i64 = redis::from_redis_value(ago.clone())?;
+    let ago = Duration::from_millis(u64::try_from(ago).unwrap_or(0));
+    Ok(Some((stored(&last), ago)))
+}
+
+/// `release_end`: the end, then the release (release.lua's reply: 1 released, 0 not ours).
+pub(in crate::backend) fn release_end(
+    con: &mut Connection,
+    keys: &Keys,
+    token: &str,
+    end: &[u8],
+) -> redis::RedisResult<i64> {
+    static S: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+    script(&S, RELEASE_END)
+        .key(&keys.lock)
+        .key(&keys.owner)
+        .key(&keys.signal)
+        .key(&keys.runs)
+        .arg(token)
+        .arg(SIGNAL_TTL_MS)
+        .arg(end)
+        .arg(MAX_EVENTS)
+        .arg(keep_ms(None))
+        .invoke(con)
+}
+
+/// `run_end`: the end alone.
+pub(in crate::backend) fn end(
+    con: &mut Connection,
+    keys: &Keys,
+    end: &[u8],
+) -> redis::RedisResult<()> {
+    static S: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+    let _: i64 = script(&S, RUN_END)
+        .key(&keys.lock)
+        .key(&keys.owner)
+        .key(&keys.signal)
+        .key(&keys.runs)
+        .arg("")
+        .arg(SIGNAL_TTL_MS)
+        .arg(end)
+        .arg(MAX_EVENTS)
+        .arg(keep_ms(None))
+        .invoke(con)?;
+    Ok(())
+}
+
+/// The newest events, newest first, each cut to [`READ_CAP`] bytes by the script.
+pub(in crate::backend) fn read(
+    con: &mut Connection,
+    keys: &Keys,
+) -> redis::RedisResult<Vec<Stored>> {
+    static S: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+    let entries: Vec<Vec<u8>> = script(&S, RUNS)
+        .key(&keys.runs)
+        .arg(MAX_EVENTS)
+        .arg(READ_CAP)
+        .invoke(con)?;
+    Ok(entries
+        .iter()
+        .take(MAX_EVENTS)
+        .map(|e| stored(&e[..e.len().min(READ_CAP)]))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn any_entry_reads_without_panic(entry in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            let s = stored(&entry);
+            proptest::prop_assert!(s.body.len() <= entry.len());
+        }
+    }
+
+    #[test]
+    fn entries_split_at_the_first_space() {
+        let s = stored(b"1700000000000 {\"run\":\"a b\"}");
+        assert_eq!(s.at_ms, Some(1_700_000_000_000));
+        assert_eq!(s.body, b"{\"run\":\"a b\"}");
+        assert_eq!(stored(b"nonsense").at_ms, None);
+    }
+}
