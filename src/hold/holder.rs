@@ -22,6 +22,7 @@ use crate::clock::BootInstant;
 use crate::config::AcquireConfig;
 use crate::events::{Event, Events, HolderEvent};
 use crate::exit;
+use crate::history;
 use crate::keeper::Keeper;
 use crate::model::{Mode, OwnerRecord, Record};
 use crate::report;
@@ -69,7 +70,7 @@ pub(super) fn hold(
         }),
         ..Record::this_process(&[])
     };
-    let (_backend, held) = match crate::app::take_locks(lock, &record, &interrupt) {
+    let (backend, held) = match crate::app::take_locks(lock, &record, &interrupt) {
         Ok(taken) => taken,
         Err(code) => return code,
     };
@@ -114,15 +115,41 @@ pub(super) fn hold(
         lease: LeaseClock::of(lease.as_ref(), lock.kill_grace),
         give_up_at: cfg.max_hold.map(|d| BootInstant::now() + d),
     };
+    // The history's start goes in before the caller gets the handle: a skip (`--once-per`)
+    // must reach it as acquire's failure. The run's command is the owner's.
+    let mut lease = lease;
+    let run_record = Record {
+        command: record.owner.as_ref().and_then(|o| o.command.clone()),
+        ..record.clone()
+    };
+    let run_log =
+        match crate::app::begin_history(lock, lease.as_mut(), &run_record, granted.tokens[0]) {
+            Ok(log) => log,
+            Err(code) => {
+                give_back(name, &keys_text, Keeper::new(lease, events_nowhere()));
+                let _ = std::fs::remove_file(&socket);
+                return code;
+            }
+        };
     let (tx, rx) = mpsc::channel();
     let events = Events(tx);
     let keeper = Keeper::new(lease, events.clone());
+    let closing = Closing {
+        backend: backend.as_ref(),
+        run_log: run_log.as_ref(),
+        target: &lock.target,
+    };
     if let Some(o) = owner.as_ref().filter(|o| o.has_exited()) {
         report::error(format_args!(
             "{name}: the owner (pid {}) exited while dlock acquire waited; the lock is given back",
             o.pid()
         ));
-        give_back(name, &keys_text, keeper);
+        closing.give_back(
+            name,
+            &keys_text,
+            keeper,
+            not_started("the owner exited first"),
+        );
         let _ = std::fs::remove_file(&socket);
         return exit::UNAVAILABLE;
     }
@@ -132,7 +159,12 @@ pub(super) fn hold(
     let _ = sys::set_parent_death_signal(0);
     let line = serde_json::to_string(&granted).unwrap_or_default() + "\n";
     if sys::parent_pid() != caller || (&to_caller).write_all_ok(line.as_bytes()).is_err() {
-        give_back(name, &keys_text, keeper);
+        closing.give_back(
+            name,
+            &keys_text,
+            keeper,
+            not_started("dlock acquire exited first"),
+        );
         let _ = std::fs::remove_file(&socket);
         return exit::UNAVAILABLE;
     }
@@ -148,7 +180,7 @@ pub(super) fn hold(
         report::error(format_args!(
             "{name}: cannot start the holder's watcher thread: {e}"
         ));
-        give_back(name, &keys_text, keeper);
+        closing.give_back(name, &keys_text, keeper, not_started("no watcher thread"));
         let _ = std::fs::remove_file(&socket);
         return exit::UNAVAILABLE;
     }
@@ -161,8 +193,43 @@ pub(super) fn hold(
         max_hold: cfg.max_hold,
         stop: None,
         answered: false,
+        closing,
     };
     holding.run(keeper, clock, &rx)
+}
+
+/// What records the end of an acquire-held run.
+struct Closing<'a> {
+    backend: &'a dyn crate::backend::Backend,
+    run_log: Option<&'a history::RunLog>,
+    target: &'a crate::config::Target,
+}
+
+impl Closing<'_> {
+    fn app(&self) -> crate::app::Closing<'_> {
+        crate::app::Closing {
+            backend: self.backend,
+            run_log: self.run_log,
+        }
+    }
+
+    /// Gives the lock back, recording `ending`.
+    fn give_back(&self, name: &str, keys: &str, keeper: Keeper, ending: history::Ending) {
+        if let Err(e) = self.app().release(keeper, ending) {
+            report::warn(format_args!(
+                "{name}: release of '{keys}' failed (it expires by itself): {e:#}"
+            ));
+        }
+    }
+}
+
+/// The ending of a hold that never reached its caller.
+fn not_started(why: &str) -> history::Ending {
+    history::Ending {
+        code: Some(exit::UNAVAILABLE.into()),
+        note: Some(why.into()),
+        ..history::Ending::default()
+    }
 }
 
 /// Now, as a date for messages.
@@ -277,9 +344,11 @@ struct Stop {
     /// SIGKILL then, at the latest.
     kill_at: BootInstant,
     killed: bool,
+    /// How the run ended, for the history.
+    ending: history::Ending,
 }
 
-struct Holding {
+struct Holding<'a> {
     name: &'static str,
     keys_text: String,
     socket: PathBuf,
@@ -289,9 +358,10 @@ struct Holding {
     stop: Option<Stop>,
     /// A `release` already got the stop's reply: no end file.
     answered: bool,
+    closing: Closing<'a>,
 }
 
-impl Holding {
+impl Holding<'_> {
     fn run(&mut self, mut keeper: Keeper, mut clock: Clock, rx: &Receiver<Event>) -> u8 {
         let mut last_renew_error: Option<String> = None;
         loop {
@@ -375,7 +445,15 @@ impl Holding {
                     if self.owner.is_none() {
                         // Held for nobody: a signal to the holder is a request to end it, as a
                         // service manager stopping a unit or a runner ending a job sends.
-                        give_back(self.name, &self.keys_text, keeper);
+                        let ending = history::Ending {
+                            code: Some(0),
+                            note: Some(format!(
+                                "given back when its holder was stopped by {signal}"
+                            )),
+                            ..history::Ending::default()
+                        };
+                        self.closing
+                            .give_back(self.name, &self.keys_text, keeper, ending);
                         let reply = Reply {
                             code: 0,
                             message: format!(
@@ -413,7 +491,12 @@ impl Holding {
                     }
                     match &self.stop {
                         None => {
-                            let message = match keeper.release() {
+                            let ending = history::Ending {
+                                code: Some(0),
+                                note: Some("released".into()),
+                                ..history::Ending::default()
+                            };
+                            let message = match self.closing.app().release(keeper, ending) {
                                 Ok(()) => String::new(),
                                 Err(e) => format!(
                                     "{}: release of '{}' failed (it expires by itself): {e:#}",
@@ -458,6 +541,12 @@ impl Holding {
             ));
         }
         report::error(format_args!("{message}"));
+        let ending = history::Ending {
+            code: Some(exit::LOST.into()),
+            lost: lost.then(|| why.clone()),
+            note: (!lost).then_some(why),
+            ..history::Ending::default()
+        };
         self.stop = Some(Stop {
             reply: Reply {
                 code: exit::LOST,
@@ -467,6 +556,7 @@ impl Holding {
             stopping,
             kill_at,
             killed: false,
+            ending,
         });
     }
 
@@ -493,6 +583,11 @@ impl Holding {
             stopping,
             kill_at: BootInstant::now() + self.kill_grace,
             killed: false,
+            ending: history::Ending {
+                code: Some(exit::LOST.into()),
+                note: Some(format!("given back when its owner (pid {pid}) exited")),
+                ..history::Ending::default()
+            },
         });
     }
 
@@ -504,8 +599,12 @@ impl Holding {
         };
         if stop.lost {
             keeper.abandon();
+            self.closing
+                .app()
+                .record_lost(self.closing.target, stop.ending);
         } else {
-            give_back(self.name, &self.keys_text, keeper);
+            self.closing
+                .give_back(self.name, &self.keys_text, keeper, stop.ending);
         }
         if !self.answered {
             handle::write_end(&self.socket, &stop.reply);

@@ -32,6 +32,7 @@ macro_rules! history {
             history_keeps_only_the_newest_runs,
             forged_history_records_are_shown_escaped_and_capped,
             no_history_leaves_no_record,
+            acquire_once_per_and_its_runs_in_the_log,
         );
     };
     (@cases $make:expr, $native:expr; $($case:ident),* $(,)?) => {
@@ -322,6 +323,56 @@ pub(crate) fn no_history_leaves_no_record(b: &TestBackend, n: &Native) {
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     run_ok(b.run(&key, &[], &["true"]).env("DLOCK_NO_HISTORY", "0"));
     assert_eq!(log_json(b, &key, 5).len(), 1);
+}
+
+/// `dlock acquire --once-per`: a section held and released is one run ("released", exit 0);
+/// a second acquire within DUR fails with 75 and names it; `break` is a loss (79).
+pub(crate) fn acquire_once_per_and_its_runs_in_the_log(b: &TestBackend, _n: &Native) {
+    use crate::acquire::{acquire_detached, cmd, release};
+    let key = unique_key("acquire-once");
+    let (handle, holder) = acquire_detached(b, "1m", &["-k", &key, "--once-per", "1h"]);
+    run_ok(&mut release(&handle));
+    let ttl = format!("{}ms", b.ttl.as_millis());
+    let out = output(cmd(b, "acquire").args([
+        "-k",
+        &key,
+        "--ttl",
+        &ttl,
+        "--once-per",
+        "1h",
+        "--owner",
+        "none",
+        "--max-hold",
+        "1m",
+    ]));
+    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+    // (A young test server's hold-back may say so first.)
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("dlock: skipped: ") && last.contains(&format!("pid {holder}")),
+        "{}",
+        describe(&out)
+    );
+    assert!(b.is_free(&key), "a skipped acquire holds nothing");
+    let (handle, _) = acquire_detached(b, "1m", &["-k", &key]);
+    run_ok(b.cmd("break").args(["-k", &key]));
+    wait_until(
+        b.notice + Duration::from_secs(10),
+        "the holder to notice",
+        || log_json(b, &key, 1)[0]["state"] == "ended",
+    );
+    let _ = output(&mut release(&handle));
+    let runs = log_json(b, &key, 10);
+    let runs: Vec<_> = runs
+        .iter()
+        .filter(|r| r["command"].as_str() != Some("true"))
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert_eq!(runs[0]["ending"]["code"], 79, "{:#?}", runs[0]);
+    assert!(runs[0]["ending"]["lost"].is_string(), "{:#?}", runs[0]);
+    assert_eq!(runs[1]["ending"]["code"], 0, "{:#?}", runs[1]);
+    assert_eq!(runs[1]["pid"], holder, "{:#?}", runs[1]);
 }
 
 /// The file backend's hooks: `NAME.history` beside the lock file, one `MS BODY` line per event.
