@@ -29,6 +29,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('acquire', 'acquire', [CompletionResultType]::ParameterValue, 'Take the lock KEY and keep it in the background until `dlock release`')
             [CompletionResult]::new('release', 'release', [CompletionResultType]::ParameterValue, 'Give back a lock taken with `dlock acquire`; say whether it was held throughout')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds KEY, since when, and who waits')
+            [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Show the last runs under KEY: where, when, how long, how they ended')
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Forcibly remove the lock KEY, whoever holds it')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure the backend: lock latency, hand-off latency and throughput')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
@@ -51,10 +52,12 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the lock was not acquired')
             [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'After SIGTERM to the command (and what it started), how long before SIGKILL')
             [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy')
+            [CompletionResult]::new('--once-per', '--once-per', [CompletionResultType]::ParameterName, 'Skip (exit 75, or -E''s code) when a run of KEY started less than DURATION ago on any host, by the backend''s clock; for cron on several hosts')
             [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'Shared (reader) lock: many shared holders at once, or one exclusive holder')
             [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Shared (reader) lock: many shared holders at once, or one exclusive holder')
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Try once; do not wait')
             [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Try once; do not wait')
+            [CompletionResult]::new('--no-history', '--no-history', [CompletionResultType]::ParameterName, 'Leave no record of this run in KEY''s history (`dlock log`)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing but errors')
@@ -81,6 +84,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the lock was not acquired')
             [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'After SIGTERM to the command (and what it started), how long before SIGKILL')
             [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy')
+            [CompletionResult]::new('--once-per', '--once-per', [CompletionResultType]::ParameterName, 'Skip (exit 75, or -E''s code) when a run of KEY started less than DURATION ago on any host, by the backend''s clock; for cron on several hosts')
             [CompletionResult]::new('-f', '-f', [CompletionResultType]::ParameterName, 'How to print the handle and the DLOCK_* variables')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'How to print the handle and the DLOCK_* variables')
             [CompletionResult]::new('--owner', '--owner', [CompletionResultType]::ParameterName, 'The process the lock is held for: released when it exits, its process group stopped (SIGTERM, SIGKILL after --kill-grace) if the lock is lost; `none` for nobody (needs --max-hold) [default: the process that runs dlock acquire]')
@@ -89,6 +93,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Shared (reader) lock: many shared holders at once, or one exclusive holder')
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Try once; do not wait')
             [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Try once; do not wait')
+            [CompletionResult]::new('--no-history', '--no-history', [CompletionResultType]::ParameterName, 'Leave no record of this run in KEY''s history (`dlock log`)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing but errors')
@@ -119,6 +124,26 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'The lock''s name; without it, every lock held or waited for on the backend, one line each')
             [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'The lock''s name; without it, every lock held or waited for on the backend, one line each')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print one JSON object (key, backend, held, holders, ...); without --key, an array of them')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing but errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing but errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'dlock;log' {
+            [CompletionResult]::new('-b', '-b', [CompletionResultType]::ParameterName, 'Lock backend [default: from the URL''s scheme, else file]')
+            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'Lock backend [default: from the URL''s scheme, else file]')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock')
+            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'The lock''s name')
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'The lock''s name')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'How many runs to show, newest first')
+            [CompletionResult]::new('--runs', '--runs', [CompletionResultType]::ParameterName, 'How many runs to show, newest first')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print a JSON array of runs instead of text')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing but errors')
@@ -181,6 +206,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('acquire', 'acquire', [CompletionResultType]::ParameterValue, 'Take the lock KEY and keep it in the background until `dlock release`')
             [CompletionResult]::new('release', 'release', [CompletionResultType]::ParameterValue, 'Give back a lock taken with `dlock acquire`; say whether it was held throughout')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds KEY, since when, and who waits')
+            [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Show the last runs under KEY: where, when, how long, how they ended')
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Forcibly remove the lock KEY, whoever holds it')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure the backend: lock latency, hand-off latency and throughput')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
@@ -197,6 +223,9 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;help;status' {
+            break
+        }
+        'dlock;help;log' {
             break
         }
         'dlock;help;break' {

@@ -31,6 +31,9 @@ _dlock() {
             dlock,help)
                 cmd="dlock__subcmd__help"
                 ;;
+            dlock,log)
+                cmd="dlock__subcmd__log"
+                ;;
             dlock,release)
                 cmd="dlock__subcmd__release"
                 ;;
@@ -55,6 +58,9 @@ _dlock() {
             dlock__subcmd__help,help)
                 cmd="dlock__subcmd__help__subcmd__help"
                 ;;
+            dlock__subcmd__help,log)
+                cmd="dlock__subcmd__help__subcmd__log"
+                ;;
             dlock__subcmd__help,release)
                 cmd="dlock__subcmd__help__subcmd__release"
                 ;;
@@ -71,7 +77,7 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-h -V --help --version run acquire release status break bench completions help"
+            opts="-h -V --help --version run acquire release status log break bench completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -85,7 +91,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__acquire)
-            opts="-b -u -k -s -l -w -n -E -f -v -q -h -V --backend --url --key --shared --limit --ttl --wait --no-wait --conflict-exit-code --kill-grace --reason --format --owner --max-hold --verbose --quiet --help --version"
+            opts="-b -u -k -s -l -w -n -E -f -v -q -h -V --backend --url --key --shared --limit --ttl --wait --no-wait --conflict-exit-code --kill-grace --reason --once-per --no-history --format --owner --max-hold --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -148,6 +154,10 @@ _dlock() {
                     return 0
                     ;;
                 --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --once-per)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -285,7 +295,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__help)
-            opts="run acquire release status break bench completions help"
+            opts="run acquire release status log break bench completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -368,6 +378,20 @@ _dlock() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        dlock__subcmd__help__subcmd__log)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         dlock__subcmd__help__subcmd__release)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -410,6 +434,52 @@ _dlock() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        dlock__subcmd__log)
+            opts="-b -u -k -n -v -q -h -V --backend --url --key --runs --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --backend)
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                -b)
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -u)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -k)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --runs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         dlock__subcmd__release)
             opts="-v -q -h -V --handle --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -429,7 +499,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__run)
-            opts="-b -u -k -s -l -w -n -E -v -q -h -V --backend --url --key --shared --limit --ttl --wait --no-wait --conflict-exit-code --kill-grace --reason --verbose --quiet --help --version"
+            opts="-b -u -k -s -l -w -n -E -v -q -h -V --backend --url --key --shared --limit --ttl --wait --no-wait --conflict-exit-code --kill-grace --reason --once-per --no-history --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -492,6 +562,10 @@ _dlock() {
                     return 0
                     ;;
                 --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --once-per)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -26,6 +26,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand acquire 'Take the lock KEY and keep it in the background until `dlock release`'
             cand release 'Give back a lock taken with `dlock acquire`; say whether it was held throughout'
             cand status 'Show who holds KEY, since when, and who waits'
+            cand log 'Show the last runs under KEY: where, when, how long, how they ended'
             cand break 'Forcibly remove the lock KEY, whoever holds it'
             cand bench 'Measure the backend: lock latency, hand-off latency and throughput'
             cand completions 'Print a shell completion script'
@@ -47,10 +48,12 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --conflict-exit-code 'Exit code when the lock was not acquired'
             cand --kill-grace 'After SIGTERM to the command (and what it started), how long before SIGKILL'
             cand --reason 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy'
+            cand --once-per 'Skip (exit 75, or -E''s code) when a run of KEY started less than DURATION ago on any host, by the backend''s clock; for cron on several hosts'
             cand -s 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
             cand --shared 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
             cand -n 'Try once; do not wait'
             cand --no-wait 'Try once; do not wait'
+            cand --no-history 'Leave no record of this run in KEY''s history (`dlock log`)'
             cand -v 'Log acquire, renew and release events with timings'
             cand --verbose 'Log acquire, renew and release events with timings'
             cand -q 'Print nothing but errors'
@@ -76,6 +79,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --conflict-exit-code 'Exit code when the lock was not acquired'
             cand --kill-grace 'After SIGTERM to the command (and what it started), how long before SIGKILL'
             cand --reason 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy'
+            cand --once-per 'Skip (exit 75, or -E''s code) when a run of KEY started less than DURATION ago on any host, by the backend''s clock; for cron on several hosts'
             cand -f 'How to print the handle and the DLOCK_* variables'
             cand --format 'How to print the handle and the DLOCK_* variables'
             cand --owner 'The process the lock is held for: released when it exits, its process group stopped (SIGTERM, SIGKILL after --kill-grace) if the lock is lost; `none` for nobody (needs --max-hold) [default: the process that runs dlock acquire]'
@@ -84,6 +88,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --shared 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
             cand -n 'Try once; do not wait'
             cand --no-wait 'Try once; do not wait'
+            cand --no-history 'Leave no record of this run in KEY''s history (`dlock log`)'
             cand -v 'Log acquire, renew and release events with timings'
             cand --verbose 'Log acquire, renew and release events with timings'
             cand -q 'Print nothing but errors'
@@ -112,6 +117,25 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -k 'The lock''s name; without it, every lock held or waited for on the backend, one line each'
             cand --key 'The lock''s name; without it, every lock held or waited for on the backend, one line each'
             cand --json 'Print one JSON object (key, backend, held, holders, ...); without --key, an array of them'
+            cand -v 'Log acquire, renew and release events with timings'
+            cand --verbose 'Log acquire, renew and release events with timings'
+            cand -q 'Print nothing but errors'
+            cand --quiet 'Print nothing but errors'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'dlock;log'= {
+            cand -b 'Lock backend [default: from the URL''s scheme, else file]'
+            cand --backend 'Lock backend [default: from the URL''s scheme, else file]'
+            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand -k 'The lock''s name'
+            cand --key 'The lock''s name'
+            cand -n 'How many runs to show, newest first'
+            cand --runs 'How many runs to show, newest first'
+            cand --json 'Print a JSON array of runs instead of text'
             cand -v 'Log acquire, renew and release events with timings'
             cand --verbose 'Log acquire, renew and release events with timings'
             cand -q 'Print nothing but errors'
@@ -170,6 +194,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand acquire 'Take the lock KEY and keep it in the background until `dlock release`'
             cand release 'Give back a lock taken with `dlock acquire`; say whether it was held throughout'
             cand status 'Show who holds KEY, since when, and who waits'
+            cand log 'Show the last runs under KEY: where, when, how long, how they ended'
             cand break 'Forcibly remove the lock KEY, whoever holds it'
             cand bench 'Measure the backend: lock latency, hand-off latency and throughput'
             cand completions 'Print a shell completion script'
@@ -182,6 +207,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;help;release'= {
         }
         &'dlock;help;status'= {
+        }
+        &'dlock;help;log'= {
         }
         &'dlock;help;break'= {
         }

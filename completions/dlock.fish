@@ -30,6 +30,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "run" -d 'Run COMMAND wh
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "acquire" -d 'Take the lock KEY and keep it in the background until `dlock release`'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "release" -d 'Give back a lock taken with `dlock acquire`; say whether it was held throughout'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "status" -d 'Show who holds KEY, since when, and who waits'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "log" -d 'Show the last runs under KEY: where, when, how long, how they ended'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "break" -d 'Forcibly remove the lock KEY, whoever holds it'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "bench" -d 'Measure the backend: lock latency, hand-off latency and throughput'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
@@ -48,8 +49,10 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give u
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock was not acquired' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-grace -d 'After SIGTERM to the command (and what it started), how long before SIGKILL' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l reason -d 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l once-per -d 'Skip (exit 75, or -E\'s code) when a run of KEY started less than DURATION ago on any host, by the backend\'s clock; for cron on several hosts' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s s -l shared -d 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -d 'Try once; do not wait'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l no-history -d 'Leave no record of this run in KEY\'s history (`dlock log`)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Log acquire, renew and release events with timings'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -68,6 +71,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s w -l wait -d 'Gi
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock was not acquired' -r
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l kill-grace -d 'After SIGTERM to the command (and what it started), how long before SIGKILL' -r
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l reason -d 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy' -r
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l once-per -d 'Skip (exit 75, or -E\'s code) when a run of KEY started less than DURATION ago on any host, by the backend\'s clock; for cron on several hosts' -r
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s f -l format -d 'How to print the handle and the DLOCK_* variables' -r -f -a "sh\t'`export NAME=\'value\'` lines, for `eval "$(dlock acquire ...)"`'
 json\t'One JSON object'
 github\t'`NAME=value` lines (heredoc form for several lines) to append to `$GITHUB_ENV`'
@@ -76,6 +80,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l owner -d 'The pr
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l max-hold -d 'Give the lock up after holding it this long (stopping the owner first)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s s -l shared -d 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s n -l no-wait -d 'Try once; do not wait'
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l no-history -d 'Leave no record of this run in KEY\'s history (`dlock log`)'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s v -l verbose -d 'Log acquire, renew and release events with timings'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -98,6 +103,20 @@ complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d '
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s b -l backend -d 'Lock backend [default: from the URL\'s scheme, else file]' -r -f -a "file\t'flock(2) on a lock file on this host'
+redis\t'Redis (single instance, Redlock with --url given 3, 5, ... times, Cluster, Sentinel)'
+zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
+mysql\t'MySQL or MariaDB (GET_LOCK)'
+postgres\t'PostgreSQL (session advisory locks)'
+etcd\t'etcd (the lock recipe of etcdctl lock)'"
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s k -l key -d 'The lock\'s name' -r
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s n -l runs -d 'How many runs to show, newest first' -r
+complete -c dlock -n "__fish_dlock_using_subcommand log" -l json -d 'Print a JSON array of runs instead of text'
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s v -l verbose -d 'Log acquire, renew and release events with timings'
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s b -l backend -d 'Lock backend [default: from the URL\'s scheme, else file]' -r -f -a "file\t'flock(2) on a lock file on this host'
 redis\t'Redis (single instance, Redlock with --url given 3, 5, ... times, Cluster, Sentinel)'
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
@@ -128,11 +147,12 @@ complete -c dlock -n "__fish_dlock_using_subcommand bench" -s h -l help -d 'Prin
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status break bench completions help" -f -a "run" -d 'Run COMMAND while holding the lock KEY'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status break bench completions help" -f -a "acquire" -d 'Take the lock KEY and keep it in the background until `dlock release`'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status break bench completions help" -f -a "release" -d 'Give back a lock taken with `dlock acquire`; say whether it was held throughout'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status break bench completions help" -f -a "status" -d 'Show who holds KEY, since when, and who waits'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status break bench completions help" -f -a "break" -d 'Forcibly remove the lock KEY, whoever holds it'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status break bench completions help" -f -a "bench" -d 'Measure the backend: lock latency, hand-off latency and throughput'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status break bench completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status break bench completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench completions help" -f -a "run" -d 'Run COMMAND while holding the lock KEY'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench completions help" -f -a "acquire" -d 'Take the lock KEY and keep it in the background until `dlock release`'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench completions help" -f -a "release" -d 'Give back a lock taken with `dlock acquire`; say whether it was held throughout'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench completions help" -f -a "status" -d 'Show who holds KEY, since when, and who waits'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench completions help" -f -a "log" -d 'Show the last runs under KEY: where, when, how long, how they ended'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench completions help" -f -a "break" -d 'Forcibly remove the lock KEY, whoever holds it'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench completions help" -f -a "bench" -d 'Measure the backend: lock latency, hand-off latency and throughput'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
