@@ -199,21 +199,26 @@ impl Etcd {
         self.members.iter().map(|m| m.port).collect()
     }
 
-    /// Which member leads now, as a running member sees it.
+    /// Which member leads now, as a running member sees it. An election takes about a second
+    /// (etcd's default election timeout); on this 2-core machine under the whole suite one was
+    /// once not seen within 20 s, so the wait is a minute and a failure says what each member
+    /// answered last.
     pub(crate) fn leader(&self) -> usize {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last: Vec<String> = vec![String::new(); self.members.len()];
         loop {
             for (i, m) in self.members.iter().enumerate() {
                 if m.child.is_none() {
                     continue;
                 }
-                let Ok(out) = self
+                let out = self
                     .etcdctl_at(&[i])
-                    .args(["endpoint", "status", "-w", "json"])
-                    .output()
-                else {
+                    .args(["--command-timeout=3s", "endpoint", "status", "-w", "json"])
+                    .output();
+                let Ok(out) = out else {
                     continue;
                 };
+                last[i] = describe(&out);
                 let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
                     continue;
                 };
@@ -223,7 +228,11 @@ impl Etcd {
                     return i;
                 }
             }
-            assert!(Instant::now() < deadline, "the etcd cluster has no leader");
+            assert!(
+                Instant::now() < deadline,
+                "the etcd cluster has no leader; the members' last answers:\n{}",
+                last.join("\n")
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
