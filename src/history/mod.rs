@@ -48,6 +48,9 @@ pub enum Begun {
     },
     /// The backend keeps no history.
     NotKept,
+    /// The run is nested in one that holds the lock (`DLOCK_HELD`): it is part of that run,
+    /// which recorded its start and passed any `--once-per`.
+    Inside,
 }
 
 /// A run whose start is recorded, until its end is.
@@ -89,6 +92,7 @@ impl RunLog {
                 ago,
                 once_per.unwrap_or_default(),
             ))),
+            Ok(Begun::Inside) => Ok(None),
             Ok(Begun::NotKept) if once_per.is_some() => Err(NotBegun::Failed(
                 crate::exit::Usage(
                     "this backend keeps no run history, so --once-per cannot work here".into(),

@@ -525,7 +525,7 @@ impl Lease for LeaseSet {
                 .begin_run(start, once_per)
                 .map_err(|e| e.context(format!("'{key}'")))?
             {
-                crate::backend::Begun::NotKept => {}
+                crate::backend::Begun::NotKept | crate::backend::Begun::Inside => {}
                 crate::backend::Begun::Started => begun = crate::backend::Begun::Started,
                 skip @ crate::backend::Begun::Skip { .. } => return Ok(skip),
             }

@@ -188,4 +188,13 @@ impl Lease for Inherited {
     fn release(self: Box<Self>) -> anyhow::Result<()> {
         Ok(())
     }
+    /// A nested run is part of the enclosing run, whose start is recorded (and which passed
+    /// any `--once-per`): it records nothing of its own.
+    fn begin_run(
+        &mut self,
+        _start: &[u8],
+        _once_per: Option<Duration>,
+    ) -> anyhow::Result<crate::history::Begun> {
+        Ok(crate::history::Begun::Inside)
+    }
 }
