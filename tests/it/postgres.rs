@@ -49,6 +49,85 @@ mod faults {
     });
 }
 
+/// Run history and `--once-per` (see `history.rs`).
+mod history {
+    use super::*;
+
+    crate::history!(
+        match shared_postgres() {
+            Some(p) => TestBackend::postgres(&p.url()),
+            None => return,
+        },
+        postgres_native()
+    );
+}
+
+/// Runs `sql` (on stdin: a forged event may be longer than one argument may be) with `psql`;
+/// its output, or its error.
+fn psql_stdin(sql: &str) -> Result<String, String> {
+    use std::io::Write;
+    let pg = shared_postgres().unwrap();
+    let mut c = pg.psql();
+    c.args(["-v", "ON_ERROR_STOP=1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(sql.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// SQL: `s` as a text value, from hex (nothing in it is SQL text).
+fn pg_text(s: &str) -> String {
+    let hex: String = s.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("convert_from(decode('{hex}', 'hex'), 'UTF8')")
+}
+
+/// The postgres backend's hooks: one `dlock_runs` row per event, written and counted with
+/// `psql`. The body column is text: bytes that are not UTF-8 are stored as U+FFFD (the server
+/// refuses them otherwise), which keeps the record just as unreadable.
+fn postgres_native() -> crate::history::Native {
+    crate::history::Native {
+        forge: |_, key, body| {
+            let ev = serde_json::from_slice::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v["ev"].as_str().map(String::from));
+            let kind = if ev.as_deref() == Some("end") {
+                "end"
+            } else {
+                "start"
+            };
+            psql_stdin(&format!(
+                "INSERT INTO dlock_runs (key, kind, at, body) VALUES ({}, '{kind}', now(), {});",
+                pg_text(key),
+                pg_text(&String::from_utf8_lossy(body))
+            ))
+            .unwrap();
+        },
+        count: |_, key| {
+            let sql = format!(
+                "SELECT count(*) FROM dlock_runs WHERE key = {};",
+                pg_text(key)
+            );
+            match psql_stdin(&sql) {
+                Ok(n) => n.parse().unwrap(),
+                Err(e) if e.contains("does not exist") => 0,
+                Err(e) => panic!("{sql}: {e}"),
+            }
+        },
+    }
+}
+
 /// The advisory key dlock takes for a key, as `dlock status --json` shows it.
 fn advisory_id(b: &TestBackend, key: &str) -> i64 {
     let s = b.status(key);

@@ -28,6 +28,7 @@
 //!   run, in which the holder record and fence cannot be written without serializing readers
 //!   or a second connection; see docs/backends.md.)
 
+mod history;
 mod rows;
 mod shared;
 mod slots;
@@ -419,11 +420,20 @@ impl Backend for MysqlBackend {
             format!("DELETE FROM {TABLE} WHERE name = ? OR name LIKE ?"),
             (lock_name(key), format!("{prefix}%")),
         )
-        .map_err(|e| self.fail(e))
+        .map_err(|e| self.fail(e))?;
+        self.purge_history(&mut con, key)
     }
 
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
         self.break_holders(key)
+    }
+
+    fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
+        self.history_of(key)
+    }
+
+    fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
+        self.end_on_new_connection(key, end)
     }
 }
 
@@ -467,6 +477,7 @@ impl MysqlBackend {
             // on the key's name: the keeper watches that name.
             watch: (req.mode != Mode::Exclusive).then(|| lock_name(req.key)),
             intruder: None,
+            history: (req.mode == Mode::Exclusive).then(|| req.key.clone()),
             addr: self.addr.clone(),
             ttl: req.ttl,
             grant: Grant {
@@ -602,6 +613,8 @@ struct MysqlLease {
     watch: Option<String>,
     /// The connection seen holding `watch` without a dlock record at the last renewal.
     intruder: Option<u64>,
+    /// The key whose run history this lease writes (exclusive leases only).
+    history: Option<Key>,
     addr: String,
     ttl: Duration,
     /// The fencing token, when the acquiring request was sent, any hold-back.
@@ -667,6 +680,20 @@ impl Lease for MysqlLease {
                 )))
             }
         }
+    }
+
+    fn begin_run(
+        &mut self,
+        start: &[u8],
+        once_per: Option<Duration>,
+    ) -> anyhow::Result<super::Begun> {
+        self.begin_history(start, once_per)
+    }
+
+    /// The end goes on the lock's connection, before `RELEASE_LOCK`.
+    fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        let wrote = self.write_end(end);
+        self.release().map(|()| wrote)
     }
 
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
