@@ -211,6 +211,55 @@ fn missing_table_privilege_is_a_clear_error() {
     assert!(!line.contains("weak:weak"));
 }
 
+/// A user who may use `dlock_locks` but not create `dlock_runs`: a run runs, with one warning;
+/// `--once-per` refuses to run without the history; `log` says why it cannot read it.
+#[test]
+fn history_without_the_privilege_to_create_its_table_is_a_warning() {
+    let Some(m) = shared_mariadb() else { return };
+    let db = format!("h{}", std::process::id());
+    m.sql(&format!("CREATE DATABASE {db}"));
+    let url = |who: &str| format!("mysql://{who}@127.0.0.1:{}/{db}", m.port);
+    // dlock's lock table, made by a user who may.
+    run_ok(&mut TestBackend::mysql(&url("dlock:dlock")).run(
+        &unique_key("t"),
+        &["--no-history"],
+        &["true"],
+    ));
+    m.sql(&format!(
+        "CREATE USER IF NOT EXISTS 'hweak'@'%' IDENTIFIED BY 'hweak'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON {db}.dlock_locks TO 'hweak'@'%';"
+    ));
+    let b = TestBackend::mysql(&url("hweak:hweak"));
+    let key = unique_key("weak-history");
+    let out = run_ok(&mut b.run(&key, &[], &["true"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot record the run in the history") && err.contains("dlock_runs"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let ran = scratch("weak-history").join("ran");
+    let out = output(&mut b.run(
+        &key,
+        &["--once-per", "1h"],
+        &["touch", ran.to_str().unwrap()],
+    ));
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(
+        one_error_line(&out).contains("--once-per"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!ran.exists());
+    let out = output(b.cmd("log").args(["-k", &key]));
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(
+        one_error_line(&out).contains("dlock_runs"),
+        "{}",
+        describe(&out)
+    );
+}
+
 /// TLS options in the URL (MySQL's names): verified against a private CA it works; without TLS
 /// a server that requires it refuses (69); a bad mode is a usage error.
 #[test]

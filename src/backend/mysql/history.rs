@@ -103,8 +103,8 @@ fn event(cells: &[Option<Value>], from: usize) -> Stored {
 fn failed(addr: &str, doing: &str, e: &mysql::Error) -> anyhow::Error {
     if is(e, DENIED) {
         anyhow::anyhow!(
-            "{addr}: cannot {doing}: the user lacks the privilege ({}); grant SELECT, INSERT, \
-             DELETE on dlock_runs (docs/history.md)",
+            "{addr}: cannot {doing}: the user lacks the privilege ({}); an administrator \
+             can create dlock_runs and grant SELECT, INSERT, DELETE on it (docs/history.md)",
             err_text(e)
         )
     } else {
