@@ -128,6 +128,30 @@ fn postgres_native() -> crate::history::Native {
     }
 }
 
+/// History rows dated ±infinity (a `timestamptz` can be): `log` reads them (without a time),
+/// and `--once-per` counts the one from the infinite past as long ago.
+#[test]
+fn history_rows_dated_infinity_are_read() {
+    let Some(pg) = shared_postgres() else { return };
+    let b = TestBackend::postgres(&pg.url());
+    let key = unique_key("infinity");
+    run_ok(&mut b.run(&key, &[], &["true"]));
+    for (run, at) in [("i1", "infinity"), ("i2", "-infinity")] {
+        psql_stdin(&format!(
+            "INSERT INTO dlock_runs (key, kind, at, body) VALUES ({}, 'start', '{at}', \
+             '{{\"run\":\"{run}\",\"ev\":\"start\",\"pid\":1}}');",
+            pg_text(&key)
+        ))
+        .unwrap();
+    }
+    let runs = crate::history::log_json(&b, &key, 10);
+    assert_eq!(runs.len(), 3, "{runs:#?}");
+    assert_eq!(runs[0]["run"], "i2", "{runs:#?}");
+    assert!(runs[0]["started_ms"].is_null(), "{runs:#?}");
+    run_ok(&mut b.run(&key, &["--once-per", "1h"], &["true"]));
+    run_ok(b.cmd("status").args(["-k", &key]));
+}
+
 /// The advisory key dlock takes for a key, as `dlock status --json` shows it.
 fn advisory_id(b: &TestBackend, key: &str) -> i64 {
     let s = b.status(key);

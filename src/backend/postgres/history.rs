@@ -68,10 +68,12 @@ impl Fail {
 }
 
 /// The columns of a read event: the server clock in ms since the epoch, the body's length, the
-/// body (whole, or its head: see [`sql_event`]).
+/// body (whole, or its head: see [`sql_event`]). A forged `at` of ±infinity reads as NULL (it
+/// would not fit a bigint, and the error would hide the whole history).
 fn event_columns() -> String {
     format!(
-        "floor(extract(epoch FROM at) * 1000)::bigint, octet_length(body), \
+        "CASE WHEN isfinite(at) THEN floor(extract(epoch FROM at) * 1000)::bigint END, \
+         octet_length(body), \
          CASE WHEN octet_length(body) <= {SQL_EVENT_WHOLE} THEN body \
          ELSE left(body, {SQL_EVENT_HEAD}) END"
     )
@@ -143,7 +145,8 @@ impl PgLease {
              gone AS (DELETE FROM dlock_runs WHERE key = $1 AND EXISTS (SELECT 1 FROM ins) \
                AND id < (SELECT id FROM dlock_runs WHERE key = $1 \
                  ORDER BY id DESC OFFSET {} LIMIT 1)) \
-             SELECT floor(extract(epoch FROM now() - at) * 1000)::bigint, {} FROM skip",
+             SELECT CASE WHEN isfinite(at) THEN \
+               floor(extract(epoch FROM now() - at) * 1000)::bigint END, {} FROM skip",
             MAX_EVENTS - 2,
             event_columns()
         );
