@@ -14,6 +14,7 @@
 //!   SHA-256, so `Job` and `job`, or two long keys with a common prefix, stay distinct.
 //! - Fencing counter and holder metadata live in the table `dlock_locks` (created if missing),
 //!   written on the lock's own connection right after acquiring.
+//! - Run history: the table `dlock_runs`, written on the lock's connection (history.rs).
 //! - `--limit N` (N <= 32): N slot locks `dlock#<hash>#1..N`. A run takes the first free one in
 //!   one round trip (`CASE WHEN GET_LOCK(slot, 0) ...`); waiters queue on `dlock#<hash>#gate`
 //!   (the server waits), and the one at the front waits on every slot at once, one connection

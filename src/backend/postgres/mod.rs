@@ -19,6 +19,7 @@
 //! - Fencing token: `dlock_fences`, one row per advisory id, bumped to the larger of fence + 1
 //!   and the server clock in microseconds, on the lock's own connection; the holder record in
 //!   `dlock_holders`, one row per backend pid. Both tables are created if missing.
+//! - Run history: the table `dlock_runs`, written on the lock's session (history.rs).
 //! - A standby is refused (its advisory locks are its own); a server up for less than the TTL
 //!   holds the lock back ([`super::hold_back_until`], from `pg_postmaster_start_time()`).
 
