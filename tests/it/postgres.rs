@@ -152,6 +152,57 @@ fn history_rows_dated_infinity_are_read() {
     run_ok(b.cmd("status").args(["-k", &key]));
 }
 
+/// A role that may use dlock's lock tables but not create `dlock_runs` (PostgreSQL 15 and later
+/// grant no CREATE on `public`): a run runs, with one warning; `--once-per` refuses to run
+/// without the history; `log` finds none.
+#[test]
+fn history_without_the_privilege_to_create_its_table_is_a_warning() {
+    let Some(pg) = shared_postgres() else { return };
+    let db = unique_key("hweak").replace(['-', '.'], "_").to_lowercase();
+    pg.sql(&format!("CREATE DATABASE {db}"));
+    let url = |role: &str| format!("postgres://{role}@127.0.0.1:{}/{db}", pg.port);
+    // dlock's lock tables, made by a role that may.
+    run_ok(&mut TestBackend::postgres(&url("postgres")).run(
+        &unique_key("t"),
+        &["--no-history"],
+        &["true"],
+    ));
+    let out = pg
+        .psql()
+        .args(["-d", &db, "-c"])
+        .arg(
+            "DO $$ BEGIN CREATE ROLE hweak LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; \
+             END $$; GRANT SELECT, INSERT, UPDATE, DELETE ON dlock_fences, dlock_holders TO hweak",
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let b = TestBackend::postgres(&url("hweak"));
+    let key = unique_key("weak-history");
+    let out = run_ok(&mut b.run(&key, &[], &["true"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot record the run in the history")
+            && err.contains("cannot create table dlock_runs"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let ran = scratch("weak-history").join("ran");
+    let out = output(&mut b.run(
+        &key,
+        &["--once-per", "1h"],
+        &["touch", ran.to_str().unwrap()],
+    ));
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(
+        one_error_line(&out).contains("--once-per"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!ran.exists());
+    assert!(crate::history::log_json(&b, &key, 5).is_empty());
+}
+
 /// The advisory key dlock takes for a key, as `dlock status --json` shows it.
 fn advisory_id(b: &TestBackend, key: &str) -> i64 {
     let s = b.status(key);
