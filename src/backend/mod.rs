@@ -33,6 +33,8 @@ use std::time::Duration;
 pub(crate) use self::support::async_runtime;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
 pub(crate) use self::support::system_roots;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+pub(crate) use self::support::{SQL_EVENT_HEAD, SQL_EVENT_WHOLE, sql_event};
 pub(crate) use self::support::{escape_key, hostname, percent_decode, unescape_key};
 use crate::clock::BootInstant;
 use crate::config::Target;

@@ -40,6 +40,87 @@ mod tree {
     });
 }
 
+/// Run history and `--once-per` (see `history.rs`).
+mod history {
+    use super::*;
+
+    crate::history!(
+        match shared_mariadb() {
+            Some(m) => TestBackend::mysql(&m.url()),
+            None => return,
+        },
+        mysql_native()
+    );
+}
+
+/// Runs `sql` (on stdin: a forged event may be longer than one argument may be) with the
+/// `mariadb` client as root; its output, or its error.
+fn mariadb_stdin(sql: &str) -> Result<String, String> {
+    use std::io::Write;
+    let m = shared_mariadb().unwrap();
+    let mut c = m.client();
+    c.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(sql.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The mysql backend's hooks: one `dlock.dlock_runs` row per event, written and counted with
+/// the `mariadb` client. The body column is utf8mb4 text: bytes that are not UTF-8 are stored
+/// as U+FFFD (the server refuses them otherwise), which keeps the record just as unreadable.
+fn mysql_native() -> crate::history::Native {
+    crate::history::Native {
+        forge: |_, key, body| {
+            let ev = serde_json::from_slice::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v["ev"].as_str().map(String::from));
+            let kind = if ev.as_deref() == Some("end") {
+                "end"
+            } else {
+                "start"
+            };
+            let body = String::from_utf8_lossy(body);
+            mariadb_stdin(&format!(
+                "INSERT INTO dlock.dlock_runs (lock_key, kind, at, body) VALUES \
+                 (CONVERT(X'{}' USING utf8mb4), '{kind}', UTC_TIMESTAMP(3), \
+                 CONVERT(X'{}' USING utf8mb4))",
+                hex(key.as_bytes()),
+                hex(body.as_bytes())
+            ))
+            .unwrap();
+        },
+        count: |_, key| {
+            let sql = format!(
+                "SELECT COUNT(*) FROM dlock.dlock_runs WHERE \
+                 lock_key = CONVERT(X'{}' USING utf8mb4) AND OCTET_LENGTH(lock_key) = {}",
+                hex(key.as_bytes()),
+                key.len()
+            );
+            match mariadb_stdin(&sql) {
+                Ok(n) => n.parse().unwrap(),
+                Err(e) if e.contains("doesn't exist") => 0,
+                Err(e) => panic!("{sql}: {e}"),
+            }
+        },
+    }
+}
+
 /// The holder's connection is KILLed on the server: noticed at the next ping (ttl/3), exit 79.
 #[test]
 fn killed_holder_connection_is_noticed_within_a_third_of_the_ttl() {
@@ -128,6 +209,55 @@ fn missing_table_privilege_is_a_clear_error() {
         "{line}"
     );
     assert!(!line.contains("weak:weak"));
+}
+
+/// A user who may use `dlock_locks` but not create `dlock_runs`: a run runs, with one warning;
+/// `--once-per` refuses to run without the history; `log` says why it cannot read it.
+#[test]
+fn history_without_the_privilege_to_create_its_table_is_a_warning() {
+    let Some(m) = shared_mariadb() else { return };
+    let db = format!("h{}", std::process::id());
+    m.sql(&format!("CREATE DATABASE {db}"));
+    let url = |who: &str| format!("mysql://{who}@127.0.0.1:{}/{db}", m.port);
+    // dlock's lock table, made by a user who may.
+    run_ok(&mut TestBackend::mysql(&url("dlock:dlock")).run(
+        &unique_key("t"),
+        &["--no-history"],
+        &["true"],
+    ));
+    m.sql(&format!(
+        "CREATE USER IF NOT EXISTS 'hweak'@'%' IDENTIFIED BY 'hweak'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON {db}.dlock_locks TO 'hweak'@'%';"
+    ));
+    let b = TestBackend::mysql(&url("hweak:hweak"));
+    let key = unique_key("weak-history");
+    let out = run_ok(&mut b.run(&key, &[], &["true"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot record the run in the history") && err.contains("dlock_runs"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let ran = scratch("weak-history").join("ran");
+    let out = output(&mut b.run(
+        &key,
+        &["--once-per", "1h"],
+        &["touch", ran.to_str().unwrap()],
+    ));
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(
+        one_error_line(&out).contains("--once-per"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!ran.exists());
+    let out = output(b.cmd("log").args(["-k", &key]));
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(
+        one_error_line(&out).contains("dlock_runs"),
+        "{}",
+        describe(&out)
+    );
 }
 
 /// TLS options in the URL (MySQL's names): verified against a private CA it works; without TLS

@@ -49,6 +49,160 @@ mod faults {
     });
 }
 
+/// Run history and `--once-per` (see `history.rs`).
+mod history {
+    use super::*;
+
+    crate::history!(
+        match shared_postgres() {
+            Some(p) => TestBackend::postgres(&p.url()),
+            None => return,
+        },
+        postgres_native()
+    );
+}
+
+/// Runs `sql` (on stdin: a forged event may be longer than one argument may be) with `psql`;
+/// its output, or its error.
+fn psql_stdin(sql: &str) -> Result<String, String> {
+    use std::io::Write;
+    let pg = shared_postgres().unwrap();
+    let mut c = pg.psql();
+    c.args(["-v", "ON_ERROR_STOP=1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(sql.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// SQL: `s` as a text value, from hex (nothing in it is SQL text).
+fn pg_text(s: &str) -> String {
+    let hex: String = s.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("convert_from(decode('{hex}', 'hex'), 'UTF8')")
+}
+
+/// The postgres backend's hooks: one `dlock_runs` row per event, written and counted with
+/// `psql`. The body column is text: bytes that are not UTF-8 are stored as U+FFFD (the server
+/// refuses them otherwise), which keeps the record just as unreadable.
+fn postgres_native() -> crate::history::Native {
+    crate::history::Native {
+        forge: |_, key, body| {
+            let ev = serde_json::from_slice::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v["ev"].as_str().map(String::from));
+            let kind = if ev.as_deref() == Some("end") {
+                "end"
+            } else {
+                "start"
+            };
+            psql_stdin(&format!(
+                "INSERT INTO dlock_runs (key, kind, at, body) VALUES ({}, '{kind}', now(), {});",
+                pg_text(key),
+                pg_text(&String::from_utf8_lossy(body))
+            ))
+            .unwrap();
+        },
+        count: |_, key| {
+            let sql = format!(
+                "SELECT count(*) FROM dlock_runs WHERE key = {};",
+                pg_text(key)
+            );
+            match psql_stdin(&sql) {
+                Ok(n) => n.parse().unwrap(),
+                Err(e) if e.contains("does not exist") => 0,
+                Err(e) => panic!("{sql}: {e}"),
+            }
+        },
+    }
+}
+
+/// History rows dated ±infinity (a `timestamptz` can be): `log` reads them (without a time),
+/// and `--once-per` counts the one from the infinite past as long ago.
+#[test]
+fn history_rows_dated_infinity_are_read() {
+    let Some(pg) = shared_postgres() else { return };
+    let b = TestBackend::postgres(&pg.url());
+    let key = unique_key("infinity");
+    run_ok(&mut b.run(&key, &[], &["true"]));
+    for (run, at) in [("i1", "infinity"), ("i2", "-infinity")] {
+        psql_stdin(&format!(
+            "INSERT INTO dlock_runs (key, kind, at, body) VALUES ({}, 'start', '{at}', \
+             '{{\"run\":\"{run}\",\"ev\":\"start\",\"pid\":1}}');",
+            pg_text(&key)
+        ))
+        .unwrap();
+    }
+    let runs = crate::history::log_json(&b, &key, 10);
+    assert_eq!(runs.len(), 3, "{runs:#?}");
+    assert_eq!(runs[0]["run"], "i2", "{runs:#?}");
+    assert!(runs[0]["started_ms"].is_null(), "{runs:#?}");
+    run_ok(&mut b.run(&key, &["--once-per", "1h"], &["true"]));
+    run_ok(b.cmd("status").args(["-k", &key]));
+}
+
+/// A role that may use dlock's lock tables but not create `dlock_runs` (PostgreSQL 15 and later
+/// grant no CREATE on `public`): a run runs, with one warning; `--once-per` refuses to run
+/// without the history; `log` finds none.
+#[test]
+fn history_without_the_privilege_to_create_its_table_is_a_warning() {
+    let Some(pg) = shared_postgres() else { return };
+    let db = unique_key("hweak").replace(['-', '.'], "_").to_lowercase();
+    pg.sql(&format!("CREATE DATABASE {db}"));
+    let url = |role: &str| format!("postgres://{role}@127.0.0.1:{}/{db}", pg.port);
+    // dlock's lock tables, made by a role that may.
+    run_ok(&mut TestBackend::postgres(&url("postgres")).run(
+        &unique_key("t"),
+        &["--no-history"],
+        &["true"],
+    ));
+    let out = pg
+        .psql()
+        .args(["-d", &db, "-c"])
+        .arg(
+            "DO $$ BEGIN CREATE ROLE hweak LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; \
+             END $$; GRANT SELECT, INSERT, UPDATE, DELETE ON dlock_fences, dlock_holders TO hweak",
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let b = TestBackend::postgres(&url("hweak"));
+    let key = unique_key("weak-history");
+    let out = run_ok(&mut b.run(&key, &[], &["true"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot record the run in the history")
+            && err.contains("cannot create table dlock_runs"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let ran = scratch("weak-history").join("ran");
+    let out = output(&mut b.run(
+        &key,
+        &["--once-per", "1h"],
+        &["touch", ran.to_str().unwrap()],
+    ));
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(
+        one_error_line(&out).contains("--once-per"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!ran.exists());
+    assert!(crate::history::log_json(&b, &key, 5).is_empty());
+}
+
 /// The advisory key dlock takes for a key, as `dlock status --json` shows it.
 fn advisory_id(b: &TestBackend, key: &str) -> i64 {
     let s = b.status(key);

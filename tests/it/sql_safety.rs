@@ -44,6 +44,7 @@ fn postgres_keys_are_never_sql_text() {
         ("run", "pwned_run"),
         ("status", "pwned_status"),
         ("break", "pwned_break"),
+        ("log", "pwned_log"),
     ] {
         let key = format!("x\\'; CREATE TABLE {table} (); --");
         let out = match sub {
@@ -135,8 +136,15 @@ fn mysql_non_latin1_keys_and_commands_on_a_latin1_server() {
         no_debug_form(&out);
         assert_eq!(out.status.code(), Some(0), "{key}: {}", describe(&out));
     }
-    let out = output(&mut b.run(&unique_key("cmd"), &[], &["echo", "déjà vu ✓"]));
+    let cmd_key = unique_key("cmd");
+    let out = output(&mut b.run(&cmd_key, &[], &["echo", "déjà vu ✓"]));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(out.stderr.is_empty(), "{}", describe(&out));
+    // The run history (utf8mb4 columns on a latin1 server) reads back whole.
+    let runs = crate::history::log_json(&b, &cmd_key, 5);
+    let command = runs[0]["command"].as_str().unwrap_or_default();
+    assert!(command.contains("déjà vu ✓"), "{runs:#?}");
+    assert_eq!(crate::history::log_json(&b, "key🔒", 5).len(), 1);
     // The record reads back whole, whatever the column's character set.
     let (holder, _) = b.hold("ключ", &[]);
     let s = b.status("ключ");
@@ -183,4 +191,14 @@ fn mysql_record_that_is_not_utf8() {
     );
     holder.signal(libc::SIGTERM);
     holder.wait(std::time::Duration::from_secs(10));
+
+    // The same for a history body: a row that is not UTF-8 is an unreadable run.
+    m.sql("ALTER TABLE dlock.dlock_runs MODIFY body MEDIUMBLOB NOT NULL");
+    m.sql(&format!(
+        "INSERT INTO dlock.dlock_runs (lock_key, kind, at, body) \
+         VALUES ('{key}', 'start', UTC_TIMESTAMP(3), X'ff7b22fe')"
+    ));
+    let runs = crate::history::log_json(&b, &key, 5);
+    assert_eq!(runs[0]["state"], "unreadable", "{runs:#?}");
+    assert!(runs.len() >= 2, "the held run too: {runs:#?}");
 }

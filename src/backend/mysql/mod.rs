@@ -14,6 +14,7 @@
 //!   SHA-256, so `Job` and `job`, or two long keys with a common prefix, stay distinct.
 //! - Fencing counter and holder metadata live in the table `dlock_locks` (created if missing),
 //!   written on the lock's own connection right after acquiring.
+//! - Run history: the table `dlock_runs`, written on the lock's connection (history.rs).
 //! - `--limit N` (N <= 32): N slot locks `dlock#<hash>#1..N`. A run takes the first free one in
 //!   one round trip (`CASE WHEN GET_LOCK(slot, 0) ...`); waiters queue on `dlock#<hash>#gate`
 //!   (the server waits), and the one at the front waits on every slot at once, one connection
@@ -28,6 +29,7 @@
 //!   run, in which the holder record and fence cannot be written without serializing readers
 //!   or a second connection; see docs/backends.md.)
 
+mod history;
 mod rows;
 mod shared;
 mod slots;
@@ -419,11 +421,20 @@ impl Backend for MysqlBackend {
             format!("DELETE FROM {TABLE} WHERE name = ? OR name LIKE ?"),
             (lock_name(key), format!("{prefix}%")),
         )
-        .map_err(|e| self.fail(e))
+        .map_err(|e| self.fail(e))?;
+        self.purge_history(&mut con, key)
     }
 
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
         self.break_holders(key)
+    }
+
+    fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
+        self.history_of(key)
+    }
+
+    fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
+        self.end_on_new_connection(key, end)
     }
 }
 
@@ -467,6 +478,7 @@ impl MysqlBackend {
             // on the key's name: the keeper watches that name.
             watch: (req.mode != Mode::Exclusive).then(|| lock_name(req.key)),
             intruder: None,
+            history: (req.mode == Mode::Exclusive).then(|| req.key.clone()),
             addr: self.addr.clone(),
             ttl: req.ttl,
             grant: Grant {
@@ -602,6 +614,8 @@ struct MysqlLease {
     watch: Option<String>,
     /// The connection seen holding `watch` without a dlock record at the last renewal.
     intruder: Option<u64>,
+    /// The key whose run history this lease writes (exclusive leases only).
+    history: Option<Key>,
     addr: String,
     ttl: Duration,
     /// The fencing token, when the acquiring request was sent, any hold-back.
@@ -667,6 +681,20 @@ impl Lease for MysqlLease {
                 )))
             }
         }
+    }
+
+    fn begin_run(
+        &mut self,
+        start: &[u8],
+        once_per: Option<Duration>,
+    ) -> anyhow::Result<super::Begun> {
+        self.begin_history(start, once_per)
+    }
+
+    /// The end goes on the lock's connection, before `RELEASE_LOCK`.
+    fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        let wrote = self.write_end(end);
+        self.release().map(|()| wrote)
     }
 
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {

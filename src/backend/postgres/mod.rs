@@ -19,9 +19,11 @@
 //! - Fencing token: `dlock_fences`, one row per advisory id, bumped to the larger of fence + 1
 //!   and the server clock in microseconds, on the lock's own connection; the holder record in
 //!   `dlock_holders`, one row per backend pid. Both tables are created if missing.
+//! - Run history: the table `dlock_runs`, written on the lock's session (history.rs).
 //! - A standby is refused (its advisory locks are its own); a server up for less than the TTL
 //!   holds the lock back ([`super::hold_back_until`], from `pg_postmaster_start_time()`).
 
+mod history;
 mod rows;
 mod slots;
 mod status;
@@ -479,6 +481,7 @@ impl Backend for PgBackend {
                 advisory_on("", &[held])
             ),
             session: Some(session),
+            history: (req.mode == Mode::Exclusive).then(|| req.key.clone()),
             rt,
             addr: self.addr().to_string(),
             ttl: req.ttl,
@@ -534,9 +537,10 @@ impl Backend for PgBackend {
                 "DELETE FROM dlock_fences WHERE id = {id}; DELETE FROM dlock_holders WHERE id = {id}"
             );
             match self.simple(&s.client, &sql, COMMAND_TIMEOUT, "forget the key").await {
-                Err(e) if !e.to_string().contains(UNDEFINED_TABLE) => Err(e),
-                _ => Ok(()),
+                Err(e) if !e.to_string().contains(UNDEFINED_TABLE) => return Err(e),
+                _ => {}
             }
+            self.purge_history(&s.client, key).await
         })
     }
 
@@ -561,6 +565,14 @@ impl Backend for PgBackend {
             Ok(status)
         })
     }
+
+    fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
+        self.history_of(key)
+    }
+
+    fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
+        self.end_on_new_session(key, end)
+    }
 }
 
 /// `application_name` for a lock's session: "dlock KEY", cut to the 63 bytes the server keeps.
@@ -582,6 +594,8 @@ fn application_name(key: &Key) -> String {
 /// A held advisory lock: it lives exactly as long as its session.
 struct PgLease {
     session: Option<Session>,
+    /// The key whose run history this lease writes (exclusive leases only).
+    history: Option<Key>,
     rt: Arc<Runtime>,
     addr: String,
     /// Counts the lock among this session's granted locks (1 while held).
@@ -629,6 +643,18 @@ impl Lease for PgLease {
                 self.addr
             ))),
         }
+    }
+
+    fn begin_run(
+        &mut self,
+        start: &[u8],
+        once_per: Option<Duration>,
+    ) -> anyhow::Result<super::Begun> {
+        self.begin_history(start, once_per)
+    }
+
+    fn release_with_end(self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        self.release_writing(end)
     }
 
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {

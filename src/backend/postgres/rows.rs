@@ -106,7 +106,7 @@ impl<'a> FromSql<'a> for Raw<'a> {
 
 /// A row of the extended protocol (binary cells) as text cells, as the simple protocol shows
 /// them: numbers in decimal, booleans as `t`/`f`.
-fn typed_row(row: &Row) -> Vec<Option<String>> {
+pub(super) fn typed_row(row: &Row) -> Vec<Option<String>> {
     (0..row.len())
         .map(|i| {
             let ty = row.columns()[i].type_();
