@@ -87,29 +87,26 @@ pub(crate) const SQL_EVENT_WHOLE: usize = crate::history::MAX_EVENT_BYTES;
 /// How many characters of a longer body a history read sends.
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 pub(crate) const SQL_EVENT_HEAD: usize = 256;
-/// The longest length an oversized event reports (its stand-in is this long at most).
-#[cfg(any(feature = "mysql", feature = "postgres"))]
-const SQL_EVENT_STAND_IN: usize = 64 << 10;
-
 /// One history row of an SQL backend as a [`Stored`](crate::history::Stored) event, from
 /// untrusted cells: `at_ms` (the server's clock, ms since the epoch), `len` (the body's length
 /// in bytes) and `body` (whole when `len` <= [`SQL_EVENT_WHOLE`], else its head). A body that
-/// was cut becomes a stand-in of its head padded with spaces to its length (at most
-/// [`SQL_EVENT_STAND_IN`] bytes): over [`MAX_EVENT_BYTES`](crate::history::MAX_EVENT_BYTES), it
-/// is never parsed, and `dlock log` shows it as "unreadable record (LEN bytes: HEAD…)" — so a
-/// forged row of megabytes never crosses the wire, nor more than 64 KiB of memory per row.
+/// was cut (or says it was) becomes its head padded to one byte over
+/// [`MAX_EVENT_BYTES`](crate::history::MAX_EVENT_BYTES): never parsed, shown by `dlock log` as
+/// "unreadable record (over the 4096-byte cap: HEAD…)" — so a forged row of megabytes never
+/// crosses the wire, nor takes more memory than a real event.
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 pub(crate) fn sql_event(
     at_ms: Option<i64>,
     len: Option<i64>,
     mut body: Vec<u8>,
 ) -> crate::history::Stored {
-    body.truncate(SQL_EVENT_STAND_IN);
+    let over = crate::history::MAX_EVENT_BYTES + 1;
     let len = len
         .and_then(|l| usize::try_from(l).ok())
         .unwrap_or(body.len());
-    if len > body.len() {
-        body.resize(len.clamp(SQL_EVENT_WHOLE + 1, SQL_EVENT_STAND_IN), b' ');
+    if len > body.len() || body.len() > over {
+        body.truncate(over);
+        body.resize(over, b' ');
     }
     crate::history::Stored {
         at_ms: at_ms.and_then(|ms| u64::try_from(ms).ok()),
@@ -129,7 +126,7 @@ mod tests {
         // Cut by the server: the head, standing for LEN bytes.
         let s = sql_event(Some(-1), Some(60_036), b"{\"run\":".to_vec());
         assert_eq!(s.at_ms, None);
-        assert_eq!(s.body.len(), 60_036);
+        assert_eq!(s.body.len(), MAX_EVENT_BYTES + 1);
         assert!(s.body.starts_with(b"{\"run\":"));
         let runs = crate::history::merge(&[s], 5);
         assert_eq!(runs[0].state, "unreadable");
@@ -138,14 +135,14 @@ mod tests {
                 .unreadable
                 .as_deref()
                 .unwrap()
-                .starts_with("60036 bytes: {\"run\":"),
+                .starts_with("over the 4096-byte cap: {\"run\":"),
             "{runs:?}"
         );
         // A length that lies short, or absurdly long: bounded, never parsed as cut.
         assert_eq!(sql_event(None, Some(1), b"abcd".to_vec()).body, b"abcd");
         assert_eq!(
             sql_event(None, Some(i64::MAX), vec![b'x'; 10]).body.len(),
-            SQL_EVENT_STAND_IN
+            MAX_EVENT_BYTES + 1
         );
         assert_eq!(
             sql_event(None, Some(MAX_EVENT_BYTES as i64 - 1), b"x".to_vec())
@@ -163,8 +160,8 @@ mod tests {
             body in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
         ) {
             let s = sql_event(at, len, body.clone());
-            proptest::prop_assert!(s.body.len() <= SQL_EVENT_STAND_IN);
-            proptest::prop_assert!(s.body.starts_with(&body));
+            proptest::prop_assert!(s.body.len() <= MAX_EVENT_BYTES + 1);
+            proptest::prop_assert!(s.body.starts_with(&body[..body.len().min(MAX_EVENT_BYTES + 1)]));
             // A body sent whole is the body; one sent cut is never read as an event.
             if s.body.len() != body.len() {
                 proptest::prop_assert!(crate::history::Event::read(&s).is_none());

@@ -298,7 +298,7 @@ pub(crate) fn forged_history_records_are_shown_escaped_and_capped(b: &TestBacken
         "{text}"
     );
     assert!(
-        text.contains("unreadable record (22 bytes: \\x1b[31mnot json"),
+        text.contains(" bytes: \\x1b[31mnot json at all"),
         "{text}"
     );
     let runs = log_json(b, &key, 10);
