@@ -19,6 +19,7 @@
 //!   loss); Ctrl-C, a timeout or an error revokes it, which deletes the own key.
 
 mod frame;
+mod history;
 mod http;
 mod names;
 mod queue;
@@ -273,6 +274,7 @@ impl Backend for EtcdBackend {
                 ttl: req.ttl,
                 acquired_at: sent,
                 addr: self.addr.clone(),
+                history: (req.mode == Mode::Exclusive).then(|| history::Place::of(req.key)),
             })),
             Err(e) => {
                 // After a signal: quickly, and not ended by the signal itself (its wait took
@@ -343,7 +345,15 @@ impl Backend for EtcdBackend {
             c.call("/v3/kv/deleterange", &json!({ "key": b64(&e.key) }))
                 .map_err(|e| self.fail(e))?;
         }
-        Ok(())
+        history::Place::of(key).purge(&mut c, &|e| self.fail(e))
+    }
+
+    fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
+        history::Place::of(key).read(&mut self.client(), &|e| self.fail(e))
+    }
+
+    fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
+        history::Place::of(key).end(&mut self.client(), &|e| self.fail(e), end)
     }
 
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
@@ -543,6 +553,8 @@ struct EtcdLease {
     ttl: Duration,
     acquired_at: BootInstant,
     addr: String,
+    /// Where the key's run history lives: exclusive leases only.
+    history: Option<history::Place>,
 }
 
 impl Lease for EtcdLease {
@@ -599,6 +611,31 @@ impl Lease for EtcdLease {
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
         revoke_lease(&mut self.client, self.lease)
             .map_err(|e| anyhow::anyhow!("etcd {}: {e}", self.addr))
+    }
+
+    fn begin_run(
+        &mut self,
+        start: &[u8],
+        once_per: Option<Duration>,
+    ) -> anyhow::Result<crate::history::Begun> {
+        let Some(place) = &self.history else {
+            return Ok(crate::history::Begun::NotKept);
+        };
+        let fail = |e| anyhow::anyhow!("etcd {}: {e}", self.addr);
+        place.begin(&mut self.client, &fail, start, once_per)
+    }
+
+    /// One transaction deletes the own key (the lock is free: the next waiter proceeds) and
+    /// adds the end; the lease is revoked after it, best effort (it holds nothing now).
+    fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        let Some(txn) = self.history.as_ref().map(|h| h.release_txn(&self.key, end)) else {
+            return self.release().map(|()| false);
+        };
+        if self.client.call("/v3/kv/txn", &txn).is_err() {
+            return self.release().map(|()| false);
+        }
+        let _ = revoke_lease(&mut self.client, self.lease);
+        Ok(true)
     }
 }
 
