@@ -293,10 +293,10 @@ impl Closing<'_> {
     }
 
     /// For a lease that is lost: records `ending` through a new connection, waiting at most
-    /// [`LOST_RELEASE_BOUND`].
+    /// [`LOST_END_BOUND`].
     pub(crate) fn record_lost(&self, target: &crate::config::Target, ending: history::Ending) {
         if let Some(log) = self.run_log {
-            log.write_end_within(target, log.end(ending), LOST_RELEASE_BOUND);
+            log.write_end_within(target, log.end(ending), LOST_END_BOUND);
         }
     }
 }
@@ -461,6 +461,12 @@ fn finish(
 
 /// How long a run that lost one of several keys spends releasing the others before it exits.
 const LOST_RELEASE_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long a run that lost its lock waits for its end to be recorded (through a new
+/// connection) before it exits: the exit 79 comes at once (docs/failures.md), and a lock is
+/// most often lost to a server that stopped answering, which would hold it for the whole bound.
+/// A server that answers (after `dlock break`) takes a few milliseconds.
+const LOST_END_BOUND: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Releases what the keeper still holds, waiting at most `bound`.
 fn release_within(keeper: Keeper, bound: std::time::Duration) {
