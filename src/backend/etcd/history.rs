@@ -8,8 +8,9 @@
 //! - `--once-per DUR`: the marker `dlock-once/E(KEY)`, bound to a lease of DUR (rounded up to
 //!   whole seconds). One transaction puts the marker and the start if the marker does not exist;
 //!   else the run skips, naming the start in the marker. A marker whose lease is due but not yet
-//!   reaped by etcd (it revokes expired leases every half second or so) is taken over when the
-//!   lease has under a second left and its start is DUR old by this host's clock. The marker
+//!   reaped by etcd (it revokes expired leases every half second or so), or longer than DUR
+//!   (whole seconds, etcd's minimum TTL), is taken over when the lease has under a second left
+//!   or is DUR old by its own count, and its start is DUR old by this host's clock. The marker
 //!   lives as long as the window of the run that wrote it, so before it the run also reads the
 //!   last start event and skips if that is younger than DUR by the hosts' clocks (its `host_ms`
 //!   and ours): a longer window than the last run's, or a marker lost, still skips.
@@ -312,8 +313,8 @@ fn lease_left(c: &mut Client, lease: i64) -> Option<(i64, i64)> {
 }
 
 /// For an existing marker of a window of `d`, whose lease has `left` (seconds left, granted):
-/// how long ago its start was, and whether it is overdue (its lease has under a second left, or
-/// is gone, and its start is `d` old by this host's clock).
+/// how long ago its start was, and whether it is overdue: its lease has under a second left, is
+/// gone, or is `d` old by its own count, and its start is `d` old by this host's clock.
 pub(super) fn judge(marker: &reply::Kv, d: Duration, left: Option<(i64, i64)>) -> (Duration, bool) {
     let stored = Stored {
         at_ms: None,
@@ -326,7 +327,9 @@ pub(super) fn judge(marker: &reply::Kv, d: Duration, left: Option<(i64, i64)>) -
         let gone = granted.saturating_sub(left.max(0)).max(0);
         Duration::from_secs(u64::try_from(gone).unwrap_or(0))
     });
-    let due = left.is_none_or(|(left, _)| left <= 0);
+    // The lease's age overstates the time since the grant by under a second (etcd truncates
+    // the seconds left), so it is only trusted together with this host's clock.
+    let due = left.is_none_or(|(left, _)| left <= 0) || lease_ago.is_some_and(|a| a >= d);
     let overdue = due && host_ago.is_none_or(|a| a >= d);
     let ago = match (host_ago, lease_ago) {
         (Some(a), _) if a < d => a,
@@ -385,6 +388,11 @@ mod tests {
         assert!(!overdue);
         assert_eq!(ago, Duration::from_secs(6));
         assert!(judge(&kv(start(10_500).as_bytes()), d, Some((0, 10))).1);
+        // A window shorter than the lease's whole seconds (or etcd's minimum TTL).
+        let short = Duration::from_millis(300);
+        assert!(judge(&kv(start(1500).as_bytes()), short, Some((1, 2))).1);
+        let (ago, overdue) = judge(&kv(start(100).as_bytes()), short, Some((1, 2)));
+        assert!(!overdue && ago >= Duration::from_millis(100) && ago < short);
         assert!(judge(&kv(start(10_500).as_bytes()), d, None).1);
         // No host clock in the marker: the lease alone.
         let (ago, overdue) = judge(&kv(b"junk"), d, Some((2, 10)));
