@@ -17,6 +17,8 @@
 //!   for every older key, dlock's included.
 //! - The lease is kept alive every ttl/3 (keep-alive answering TTL 0, or the own key gone, is a
 //!   loss); Ctrl-C, a timeout or an error revokes it, which deletes the own key.
+//! - Run history ([`history`]): keys under `dlock-history/KEY/`, `--once-per`'s leased marker
+//!   `dlock-once/KEY` (KEY escaped as for the lock).
 
 mod frame;
 mod history;

@@ -29,6 +29,8 @@
 //!   and its lock nodes are then `creator_all`: only that user can take, see or break those locks
 //!   (the chroot and `/dlock` stay open, see [`ZkBackend::make_parents`]). Without credentials
 //!   nodes are open to all (`world:anyone`).
+//! - Run history ([`history`]): persistent-sequential nodes under `[/chroot]/dlock-history/<escaped
+//!   KEY>`, their ctime the server's clock.
 //! - The client crate (`zookeeper-client`) is async; it runs here on a tokio runtime with one
 //!   worker thread (a current-thread runtime would not answer the server's pings while dlock
 //!   waits for its command). The rest of dlock stays synchronous.
