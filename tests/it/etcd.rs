@@ -53,14 +53,14 @@ mod history {
     );
 }
 
-/// The history hooks, through `etcdctl`: one key `dlock-history/<key>/<16 hex digits>` per
+/// The history hooks, through `etcdctl`: one key `dlock/%history/<key>/<16 hex digits>` per
 /// event (the test keys need no escaping), ordered by revision.
 fn etcd_native() -> crate::history::Native {
     use std::os::unix::ffi::OsStrExt;
     static FORGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     fn prefix(key: &str) -> String {
         assert!(!key.contains(['/', '%']));
-        format!("dlock-history/{key}/")
+        format!("dlock/%history/{key}/")
     }
     crate::history::Native {
         forge: |_, key, body| {
@@ -326,6 +326,9 @@ fn auth_with_etcd_users() {
     let b = TestBackend::etcd(&format!("etcd://locker:l0ck%20pw@127.0.0.1:{port}"));
     let key = unique_key("etcd-auth");
     let out = run_ok(&mut b.run(&key, &[], &sh("printf %s \"$DLOCK_FENCING_TOKEN\"")));
+    // The history lives under dlock/ too: the role's permission covers it.
+    assert!(out.stderr.is_empty(), "{}", describe(&out));
+    assert_eq!(crate::history::log_json(&b, &key, 5).len(), 1);
     assert!(
         String::from_utf8(out.stdout)
             .unwrap()

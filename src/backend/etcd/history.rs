@@ -1,11 +1,11 @@
 //! The etcd backend's run history (docs/history.md). etcd has no clock to read, so events carry
 //! the writing host's (`host_ms`, [`Stored::at_ms`] is `None`) and are ordered by revision:
 //!
-//! - Events: `dlock-history/E(KEY)/<16 hex digits>`, one key per event, its value the event
-//!   ([`names::escape`] has no `/`, so the prefix of one key never holds another key's events,
-//!   and no lock's prefix `dlock/...` holds any of them). Read newest first by create revision,
+//! - Events: `dlock/%history/E(KEY)/<16 hex digits>`, one key per event, its value the event
+//!   ([`names::HISTORY`]: inside `dlock/`, which dlock's users may read and write, never in a
+//!   lock's range; `E` has no `/`, so the prefix of one key never holds another key's events). Read newest first by create revision,
 //!   at most [`MAX_EVENTS`]; a start that finds more than that plus a slack deletes the oldest.
-//! - `--once-per DUR`: the marker `dlock-once/E(KEY)`, bound to a lease of DUR (rounded up to
+//! - `--once-per DUR`: the marker `dlock/%history/E(KEY)`, bound to a lease of DUR (rounded up to
 //!   whole seconds). One transaction puts the marker and the start if the marker does not exist;
 //!   else the run skips, naming the start in the marker. A marker whose lease is due but not yet
 //!   reaped by etcd (it revokes expired leases every half second or so), or longer than DUR
@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::http::{Client, Error, b64, prefix_end};
-use super::names::escape;
+use super::names::{HISTORY, escape};
 use super::reply::{self, decode};
 use crate::history::{Begun, Event, MAX_EVENT_BYTES, MAX_EVENTS, Stored, now_ms};
 use crate::model::Key;
@@ -38,9 +38,9 @@ pub(super) type Fail<'a> = &'a dyn Fn(Error) -> anyhow::Error;
 /// Where a key's history lives.
 #[derive(Clone, Debug)]
 pub(super) struct Place {
-    /// `dlock-history/E(KEY)/`.
+    /// `dlock/%history/E(KEY)/`.
     pub(super) prefix: Vec<u8>,
-    /// `dlock-once/E(KEY)`.
+    /// `dlock/%history/E(KEY)`: no key's prefix holds it (`E` has no `/`).
     pub(super) marker: Vec<u8>,
 }
 
@@ -48,8 +48,8 @@ impl Place {
     pub(super) fn of(key: &Key) -> Place {
         let name = escape(key.as_str());
         Place {
-            prefix: format!("dlock-history/{name}/").into_bytes(),
-            marker: format!("dlock-once/{name}").into_bytes(),
+            prefix: format!("{HISTORY}{name}/").into_bytes(),
+            marker: format!("{HISTORY}{name}").into_bytes(),
         }
     }
 
@@ -346,7 +346,7 @@ mod tests {
 
     fn kv(value: &[u8]) -> reply::Kv {
         reply::Kv {
-            key: b"dlock-once/k".to_vec(),
+            key: b"dlock/%history/k".to_vec(),
             value: value.to_vec(),
             create_revision: 5,
             mod_revision: 5,
@@ -358,14 +358,15 @@ mod tests {
     fn places_of_keys_never_hold_each_other() {
         let a = Place::of(&Key::new("a").unwrap());
         let ab = Place::of(&Key::new("a/b").unwrap());
-        assert_eq!(a.prefix, b"dlock-history/a/");
-        assert_eq!(ab.prefix, b"dlock-history/a%2Fb/");
-        assert_eq!(a.marker, b"dlock-once/a");
+        assert_eq!(a.prefix, b"dlock/%history/a/");
+        assert_eq!(ab.prefix, b"dlock/%history/a%2Fb/");
+        assert_eq!(a.marker, b"dlock/%history/a");
+        assert!(!is_event(&a.prefix, &ab.marker) && !is_event(&a.prefix, &a.marker));
         let e = ab.event_key(b"x");
         assert!(is_event(&ab.prefix, &e) && !is_event(&a.prefix, &e));
         assert_eq!(e.len(), ab.prefix.len() + 16);
-        assert!(!is_event(&a.prefix, b"dlock-history/a/b/0123"));
-        assert!(!is_event(&a.prefix, b"dlock-history/a/"));
+        assert!(!is_event(&a.prefix, b"dlock/%history/a/b/0123"));
+        assert!(!is_event(&a.prefix, b"dlock/%history/a/"));
         assert_ne!(a.event_key(b"x"), a.event_key(b"x"));
     }
 
@@ -426,6 +427,7 @@ mod tests {
             let end = prefix_end(&pa.prefix);
             prop_assert!(!(theirs >= pa.prefix && theirs < end), "{a:?} holds {b:?}'s event");
             prop_assert!(!is_event(&pa.prefix, &theirs));
+            prop_assert!(!(pb.marker >= pa.prefix && pb.marker < end));
             prop_assert_ne!(pa.marker, pb.marker);
         }
     }

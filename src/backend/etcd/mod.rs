@@ -17,8 +17,8 @@
 //!   for every older key, dlock's included.
 //! - The lease is kept alive every ttl/3 (keep-alive answering TTL 0, or the own key gone, is a
 //!   loss); Ctrl-C, a timeout or an error revokes it, which deletes the own key.
-//! - Run history ([`history`]): keys under `dlock-history/KEY/`, `--once-per`'s leased marker
-//!   `dlock-once/KEY` (KEY escaped as for the lock).
+//! - Run history ([`history`]): keys under `dlock/%history/KEY/`, `--once-per`'s leased marker
+//!   `dlock/%history/KEY` (KEY escaped as for the lock; no lock's range holds them).
 
 mod frame;
 mod history;
@@ -33,7 +33,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use self::http::{Client, Endpoints, Error, b64, prefix_end};
-use self::names::{ROOT, lock_prefix};
+use self::names::lock_prefix;
 use self::queue::{Entry, Verdict, holders, judge, range_request};
 use self::reply::decode;
 use super::{Backend, Grant, Lease, Reach, RenewError, Request};
@@ -203,24 +203,28 @@ impl EtcdBackend {
 }
 
 impl Backend for EtcdBackend {
+    /// The keys of `dlock/`, but for the histories' `dlock/%history/` (up to 200 events a key,
+    /// which would crowd the locks out of the listing's bound).
     fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
         let mut c = self.client();
-        let r = c
-            .call(
-                "/v3/kv/range",
-                &json!({
-                    "key": b64(ROOT.as_bytes()),
-                    "range_end": b64(&prefix_end(ROOT.as_bytes())),
-                    "keys_only": true,
-                    "limit": super::MAX_LISTED.to_string(),
-                }),
-            )
-            .map_err(|e| self.fail(e))?;
-        let r: reply::ListedKeys = decode(&r, "range").map_err(|e| self.bad_reply(e))?;
         let mut keys: Vec<Key> = Vec::new();
-        for key in r.kvs.iter().filter_map(|kv| names::key_of(&kv.key)) {
-            if !keys.contains(&key) {
-                keys.push(key);
+        for (from, to) in names::listing_ranges() {
+            let r = c
+                .call(
+                    "/v3/kv/range",
+                    &json!({
+                        "key": b64(&from),
+                        "range_end": b64(&to),
+                        "keys_only": true,
+                        "limit": super::MAX_LISTED.to_string(),
+                    }),
+                )
+                .map_err(|e| self.fail(e))?;
+            let r: reply::ListedKeys = decode(&r, "range").map_err(|e| self.bad_reply(e))?;
+            for key in r.kvs.iter().filter_map(|kv| names::key_of(&kv.key)) {
+                if !keys.contains(&key) && keys.len() < super::MAX_LISTED {
+                    keys.push(key);
+                }
             }
         }
         Ok(keys)
