@@ -460,11 +460,14 @@ fn finish(
     }
 }
 
-/// How long a run that lost its lock spends recording its end in the history before it exits.
-const LOST_END_BOUND: std::time::Duration = std::time::Duration::from_millis(200);
-
 /// How long a run that lost one of several keys spends releasing the others before it exits.
 const LOST_RELEASE_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long a run that lost its lock waits for its end to be recorded (through a new
+/// connection) before it exits: the exit 79 comes at once (docs/failures.md), and a lock is
+/// most often lost to a server that stopped answering, which would hold it for the whole bound.
+/// A server that answers (after `dlock break`) takes a few milliseconds.
+const LOST_END_BOUND: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Releases what the keeper still holds, waiting at most `bound`.
 fn release_within(keeper: Keeper, bound: std::time::Duration) {

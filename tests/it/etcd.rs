@@ -40,6 +40,56 @@ mod tree {
     });
 }
 
+/// Run history and `--once-per` (see `history.rs`).
+mod history {
+    use super::*;
+
+    crate::history!(
+        match shared_etcd() {
+            Some(e) => TestBackend::etcd(&e.url()),
+            None => return,
+        },
+        etcd_native()
+    );
+}
+
+/// The history hooks, through `etcdctl`: one key `dlock/%history/<key>/<16 hex digits>` per
+/// event (the test keys need no escaping), ordered by revision.
+fn etcd_native() -> crate::history::Native {
+    use std::os::unix::ffi::OsStrExt;
+    static FORGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    fn prefix(key: &str) -> String {
+        assert!(!key.contains(['/', '%']));
+        format!("dlock/%history/{key}/")
+    }
+    crate::history::Native {
+        forge: |_, key, body| {
+            let e = shared_etcd().unwrap();
+            let n = FORGED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let name = format!("{}{:08x}{n:08x}", prefix(key), std::process::id());
+            let out = e
+                .etcdctl()
+                .arg("put")
+                .arg(&name)
+                .arg(std::ffi::OsStr::from_bytes(body))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "etcdctl put: {}", describe(&out));
+        },
+        count: |_, key| {
+            let e = shared_etcd().unwrap();
+            let out = e
+                .etcdctl()
+                .args(["get", "--prefix", &prefix(key), "--keys-only", "-w", "json"])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "etcdctl get: {}", describe(&out));
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            v["kvs"].as_array().map_or(0, Vec::len)
+        },
+    }
+}
+
 /// `etcdctl lock dlock/KEY` and dlock wait for each other's holders, both ways, in every dlock
 /// mode (the counter through both is docs/interop.md's snippet test, in `interop.rs`).
 #[test]
@@ -276,6 +326,9 @@ fn auth_with_etcd_users() {
     let b = TestBackend::etcd(&format!("etcd://locker:l0ck%20pw@127.0.0.1:{port}"));
     let key = unique_key("etcd-auth");
     let out = run_ok(&mut b.run(&key, &[], &sh("printf %s \"$DLOCK_FENCING_TOKEN\"")));
+    // The history lives under dlock/ too: the role's permission covers it.
+    assert!(out.stderr.is_empty(), "{}", describe(&out));
+    assert_eq!(crate::history::log_json(&b, &key, 5).len(), 1);
     assert!(
         String::from_utf8(out.stdout)
             .unwrap()

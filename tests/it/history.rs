@@ -297,10 +297,7 @@ pub(crate) fn forged_history_records_are_shown_escaped_and_capped(b: &TestBacken
         text.contains("unreadable record (over the 4096-byte cap: {\"run\""),
         "{text}"
     );
-    assert!(
-        text.contains(" bytes: \\x1b[31mnot json at all"),
-        "{text}"
-    );
+    assert!(text.contains(" bytes: \\x1b[31mnot json at all"), "{text}");
     let runs = log_json(b, &key, 10);
     assert_eq!(runs.len(), 4, "{runs:#?}");
     assert_eq!(runs[0]["state"], "unreadable");

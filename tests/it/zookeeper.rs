@@ -42,6 +42,52 @@ mod tree {
     });
 }
 
+/// Run history and `--once-per` (see `history.rs`).
+mod history {
+    use super::*;
+
+    crate::history!(
+        match shared_zookeeper() {
+            Some(zk) => TestBackend::zookeeper(&zk.url()),
+            None => return,
+        },
+        zk_native()
+    );
+}
+
+/// The history hooks, through a ZooKeeper client of the test's own: one persistent-sequential
+/// node `e-N` per event under `/dlock-history/<key>` (the test keys need no escaping).
+fn zk_native() -> crate::history::Native {
+    fn parent(key: &str) -> String {
+        assert!(
+            key.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        );
+        format!("/dlock-history/{key}")
+    }
+    crate::history::Native {
+        forge: |_, key, body| {
+            let zk = shared_zookeeper().unwrap();
+            zk.mkdirs(&parent(key));
+            zk.with_client(async |client| {
+                use zookeeper_client::{Acls, CreateMode};
+                let options = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
+                client
+                    .create(&format!("{}/e-", parent(key)), body, &options)
+                    .await
+                    .expect("create an event node");
+            })
+        },
+        count: |_, key| {
+            let zk = shared_zookeeper().unwrap();
+            zk.children(&parent(key))
+                .iter()
+                .filter(|c| c.starts_with("e-"))
+                .count()
+        },
+    }
+}
+
 /// A chroot no other test uses, so that a test can see every node it made.
 fn chroot(name: &str) -> String {
     format!("/{}", unique_key(name))

@@ -17,8 +17,11 @@
 //!   for every older key, dlock's included.
 //! - The lease is kept alive every ttl/3 (keep-alive answering TTL 0, or the own key gone, is a
 //!   loss); Ctrl-C, a timeout or an error revokes it, which deletes the own key.
+//! - Run history ([`history`]): keys under `dlock/%history/KEY/`, `--once-per`'s leased marker
+//!   `dlock/%history/KEY` (KEY escaped as for the lock; no lock's range holds them).
 
 mod frame;
+mod history;
 mod http;
 mod names;
 mod queue;
@@ -30,7 +33,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use self::http::{Client, Endpoints, Error, b64, prefix_end};
-use self::names::{ROOT, lock_prefix};
+use self::names::lock_prefix;
 use self::queue::{Entry, Verdict, holders, judge, range_request};
 use self::reply::decode;
 use super::{Backend, Grant, Lease, Reach, RenewError, Request};
@@ -200,24 +203,28 @@ impl EtcdBackend {
 }
 
 impl Backend for EtcdBackend {
+    /// The keys of `dlock/`, but for the histories' `dlock/%history/` (up to 200 events a key,
+    /// which would crowd the locks out of the listing's bound).
     fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
         let mut c = self.client();
-        let r = c
-            .call(
-                "/v3/kv/range",
-                &json!({
-                    "key": b64(ROOT.as_bytes()),
-                    "range_end": b64(&prefix_end(ROOT.as_bytes())),
-                    "keys_only": true,
-                    "limit": super::MAX_LISTED.to_string(),
-                }),
-            )
-            .map_err(|e| self.fail(e))?;
-        let r: reply::ListedKeys = decode(&r, "range").map_err(|e| self.bad_reply(e))?;
         let mut keys: Vec<Key> = Vec::new();
-        for key in r.kvs.iter().filter_map(|kv| names::key_of(&kv.key)) {
-            if !keys.contains(&key) {
-                keys.push(key);
+        for (from, to) in names::listing_ranges() {
+            let r = c
+                .call(
+                    "/v3/kv/range",
+                    &json!({
+                        "key": b64(&from),
+                        "range_end": b64(&to),
+                        "keys_only": true,
+                        "limit": super::MAX_LISTED.to_string(),
+                    }),
+                )
+                .map_err(|e| self.fail(e))?;
+            let r: reply::ListedKeys = decode(&r, "range").map_err(|e| self.bad_reply(e))?;
+            for key in r.kvs.iter().filter_map(|kv| names::key_of(&kv.key)) {
+                if !keys.contains(&key) && keys.len() < super::MAX_LISTED {
+                    keys.push(key);
+                }
             }
         }
         Ok(keys)
@@ -273,6 +280,7 @@ impl Backend for EtcdBackend {
                 ttl: req.ttl,
                 acquired_at: sent,
                 addr: self.addr.clone(),
+                history: (req.mode == Mode::Exclusive).then(|| history::Place::of(req.key)),
             })),
             Err(e) => {
                 // After a signal: quickly, and not ended by the signal itself (its wait took
@@ -343,7 +351,15 @@ impl Backend for EtcdBackend {
             c.call("/v3/kv/deleterange", &json!({ "key": b64(&e.key) }))
                 .map_err(|e| self.fail(e))?;
         }
-        Ok(())
+        history::Place::of(key).purge(&mut c, &|e| self.fail(e))
+    }
+
+    fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
+        history::Place::of(key).read(&mut self.client(), &|e| self.fail(e))
+    }
+
+    fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
+        history::Place::of(key).end(&mut self.client(), &|e| self.fail(e), end)
     }
 
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
@@ -543,6 +559,8 @@ struct EtcdLease {
     ttl: Duration,
     acquired_at: BootInstant,
     addr: String,
+    /// Where the key's run history lives: exclusive leases only.
+    history: Option<history::Place>,
 }
 
 impl Lease for EtcdLease {
@@ -599,6 +617,31 @@ impl Lease for EtcdLease {
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
         revoke_lease(&mut self.client, self.lease)
             .map_err(|e| anyhow::anyhow!("etcd {}: {e}", self.addr))
+    }
+
+    fn begin_run(
+        &mut self,
+        start: &[u8],
+        once_per: Option<Duration>,
+    ) -> anyhow::Result<crate::history::Begun> {
+        let Some(place) = &self.history else {
+            return Ok(crate::history::Begun::NotKept);
+        };
+        let fail = |e| anyhow::anyhow!("etcd {}: {e}", self.addr);
+        place.begin(&mut self.client, &fail, start, once_per)
+    }
+
+    /// One transaction deletes the own key (the lock is free: the next waiter proceeds) and
+    /// adds the end; the lease is revoked after it, best effort (it holds nothing now).
+    fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        let Some(txn) = self.history.as_ref().map(|h| h.release_txn(&self.key, end)) else {
+            return self.release().map(|()| false);
+        };
+        if self.client.call("/v3/kv/txn", &txn).is_err() {
+            return self.release().map(|()| false);
+        }
+        let _ = revoke_lease(&mut self.client, self.lease);
+        Ok(true)
     }
 }
 

@@ -7,10 +7,27 @@
 //! etcd key, and since `E` is one-to-one (`%` never stands for itself), distinct keys are distinct
 //! locks. A key without `/` or `%` keeps its name: `etcdctl lock dlock/KEY` is its lock.
 
+use super::http::prefix_end;
 use crate::model::Key;
 
 /// Where dlock's locks live: `dlock/E(KEY)/`.
 pub(super) const ROOT: &str = "dlock/";
+
+/// Where the run histories live ([`super::history`]): `dlock/%history/E(KEY)/` for events and
+/// `dlock/%history/E(KEY)` for `--once-per`'s marker. Inside `dlock/`, so that the permission
+/// dlock's users need (`readwrite dlock/`) covers them, but no lock's: `E` writes `%` only as
+/// `%25` or `%2F`, so no `E(KEY)` is `%history` and no lock's range `dlock/E(KEY)/` holds
+/// anything below it ([`key_of`] takes none of it for a lock).
+pub(super) const HISTORY: &str = "dlock/%history/";
+
+/// The ranges `dlock status` lists locks from: `dlock/` without [`HISTORY`].
+pub(super) fn listing_ranges() -> [(Vec<u8>, Vec<u8>); 2] {
+    let (root, history) = (ROOT.as_bytes(), HISTORY.as_bytes());
+    [
+        (root.to_vec(), history.to_vec()),
+        (prefix_end(history), prefix_end(root)),
+    ]
+}
 
 /// `KEY` with `%` as `%25` and `/` as `%2F`.
 pub(super) fn escape(key: &str) -> String {
@@ -67,8 +84,14 @@ pub(super) fn key_of(name: &[u8]) -> Option<Key> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::etcd::http::prefix_end;
     use proptest::prelude::*;
+
+    #[test]
+    fn histories_are_no_lock() {
+        assert_eq!(unescape("%history"), None);
+        assert_eq!(key_of(b"dlock/%history/a/0123abcd"), None);
+        assert_eq!(key_of(b"dlock/%history/a"), None);
+    }
 
     #[test]
     fn slash_and_percent_are_escaped() {
@@ -126,6 +149,19 @@ mod tests {
             entry.extend_from_slice(b"694d1c");
             let end = prefix_end(&pa);
             prop_assert!(!(entry >= pa && entry < end), "{a:?} holds {b:?}'s entry");
+        }
+
+        #[test]
+        fn no_lock_holds_a_history(a in key(), b in key()) {
+            let ka = Key::new(&a).unwrap();
+            let pa = lock_prefix(&ka);
+            let end = prefix_end(&pa);
+            let theirs = format!("{HISTORY}{}/0123abcd", escape(&b)).into_bytes();
+            let marker = format!("{HISTORY}{}", escape(&b)).into_bytes();
+            for k in [theirs, marker] {
+                prop_assert!(!(k >= pa && k < end), "{a:?}'s lock holds {b:?}'s history");
+                prop_assert_eq!(key_of(&k), None);
+            }
         }
 
         #[test]

@@ -183,6 +183,7 @@ mod tests {
             key: key.as_bytes().to_vec(),
             value: Vec::new(),
             create_revision: rev,
+            mod_revision: rev,
             lease: rev,
         }
     }

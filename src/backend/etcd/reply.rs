@@ -78,6 +78,9 @@ pub(super) struct Kv {
     pub(super) value: Vec<u8>,
     #[serde(deserialize_with = "revision")]
     pub(super) create_revision: i64,
+    /// The revision of the key's last change (0 where a reply leaves it out; only compared).
+    #[serde(default, deserialize_with = "int")]
+    pub(super) mod_revision: i64,
     #[serde(default, deserialize_with = "int")]
     pub(super) lease: i64,
 }
@@ -97,6 +100,8 @@ pub(super) struct Range {
 pub(super) struct TxnRange {
     #[serde(default)]
     pub(super) kvs: Vec<Kv>,
+    #[serde(default, deserialize_with = "int")]
+    pub(super) count: i64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +144,9 @@ pub(super) struct Grant {
 pub(super) struct Ttl {
     #[serde(rename = "TTL", default, deserialize_with = "int")]
     pub(super) ttl: i64,
+    /// The TTL the lease was granted with (`/v3/lease/timetolive`).
+    #[serde(rename = "grantedTTL", default, deserialize_with = "int")]
+    pub(super) granted: i64,
 }
 
 /// `/v3/lease/keepalive` (a stream of one message): a missing result is a TTL of 0, lost.
@@ -242,6 +250,8 @@ mod tests {
                 Just("key"),
                 Just("value"),
                 Just("create_revision"),
+                Just("mod_revision"),
+                Just("grantedTTL"),
                 Just("lease"),
                 Just("count"),
                 Just("succeeded"),

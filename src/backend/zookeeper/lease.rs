@@ -7,9 +7,10 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 use zookeeper_client::{Client, EventType, SessionState};
 
+use super::history::Place;
 use super::queue::{Kind, lock_queue};
 use super::{COMMAND_TIMEOUT, ZkError, close, op};
-use crate::backend::Grant;
+use crate::backend::{Begun, Grant};
 use crate::backend::{Lease, LossNotifier, RenewError};
 
 /// A held lock: our node, kept alive by the session.
@@ -24,6 +25,8 @@ pub(super) struct ZkLease {
     pub(super) ttl: Duration,
     pub(super) addr: String,
     pub(super) watch: Option<tokio::task::JoinHandle<()>>,
+    /// Where the key's run history lives: exclusive leases only.
+    pub(super) history: Option<Place>,
 }
 
 impl Lease for ZkLease {
@@ -140,19 +143,56 @@ impl Lease for ZkLease {
         }));
     }
 
-    fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+    fn release(self: Box<Self>) -> anyhow::Result<()> {
+        self.finish(None);
+        Ok(())
+    }
+
+    fn begin_run(&mut self, start: &[u8], once_per: Option<Duration>) -> anyhow::Result<Begun> {
+        let (Some(history), Some(client)) = (self.history.as_ref(), self.client.as_ref()) else {
+            return Ok(Begun::NotKept);
+        };
+        self.rt.block_on(history.begin(client, start, once_per))
+    }
+
+    fn release_with_end(self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        Ok(self.finish(Some(end)))
+    }
+}
+
+impl ZkLease {
+    /// Releases the lock; with `end`, adds it to the history in the same round trip (before
+    /// the delete of our node, on the same session): whether that was written.
+    fn finish(mut self: Box<Self>, end: Option<&[u8]>) -> bool {
         if let Some(watch) = self.watch.take() {
             // Gone before our own delete could look like a break; its client goes with it.
             watch.abort();
             let _ = self.rt.block_on(watch);
         }
         let Some(client) = self.client.take() else {
-            return Ok(());
+            return false;
         };
+        let history = self.history.take();
         // Our node goes first (the waiter watching it proceeds at once), then the session. The
         // key's node is a container: the server removes it when it is left empty.
-        self.rt.block_on(close(client, Some(&self.path)));
-        Ok(())
+        self.rt.block_on(async {
+            let (Some(end), Some(h)) = (end, &history) else {
+                close(client, Some(&self.path)).await;
+                return false;
+            };
+            // The end and the delete leave together (one round trip; the waiter proceeds on
+            // the delete), then the session closes.
+            let prefix = format!("{}/e-", h.parent);
+            let options = zookeeper_client::CreateMode::PersistentSequential.with_acls(h.acls());
+            let written = {
+                let created = client.create(&prefix, end, &options);
+                let deleted = client.delete(&self.path, None);
+                let (created, _) = tokio::join!(op(created), op(deleted));
+                created.is_ok()
+            };
+            close(client, None).await;
+            written
+        })
     }
 }
 

@@ -29,10 +29,13 @@
 //!   and its lock nodes are then `creator_all`: only that user can take, see or break those locks
 //!   (the chroot and `/dlock` stay open, see [`ZkBackend::make_parents`]). Without credentials
 //!   nodes are open to all (`world:anyone`).
+//! - Run history ([`history`]): persistent-sequential nodes under `[/chroot]/dlock-history/<escaped
+//!   KEY>`, their ctime the server's clock.
 //! - The client crate (`zookeeper-client`) is async; it runs here on a tokio runtime with one
 //!   worker thread (a current-thread runtime would not answer the server's pings while dlock
 //!   waits for its command). The rest of dlock stays synchronous.
 
+mod history;
 mod lease;
 mod queue;
 mod session;
@@ -134,6 +137,14 @@ impl ZkBackend {
     /// `[/chroot]/dlock/<escaped key>`.
     fn key_path(&self, key: &Key) -> String {
         format!("{}/{ROOT}/{}", self.chroot, escape_key(key))
+    }
+
+    /// Where `key`'s run history lives ([`history`]).
+    fn history(&self, key: &Key) -> history::Place {
+        history::Place {
+            parent: history::parent_of(&self.chroot, key),
+            private: self.digest.is_some(),
+        }
     }
 
     fn acls(&self) -> Acls<'static> {
@@ -484,6 +495,7 @@ impl Backend for ZkBackend {
             addr: self.addr.clone(),
             watch: None,
             rt,
+            history: (req.mode == Mode::Exclusive).then(|| self.history(req.key)),
         }))
     }
 
@@ -494,12 +506,24 @@ impl Backend for ZkBackend {
 
     fn purge(&self, key: &Key) -> anyhow::Result<()> {
         let parent = self.key_path(key);
-        self.admin(
-            async |client| match retried(client, || client.delete(&parent, None)).await {
+        let history = self.history(key);
+        self.admin(async |client| {
+            history.purge(client).await?;
+            match retried(client, || client.delete(&parent, None)).await {
                 Ok(()) | Err(ZkError::NoNode) | Err(ZkError::NotEmpty) => Ok(()),
                 Err(e) => Err(self.fail(&format!("delete {parent}"), e)),
-            },
-        )
+            }
+        })
+    }
+
+    fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
+        let history = self.history(key);
+        self.admin(async |client| history.read(client).await)
+    }
+
+    fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
+        let history = self.history(key);
+        self.admin(async |client| history.end(client, end).await)
     }
 
     /// Deletes the holders' nodes (a holder sees its node go and stops its command); waiters

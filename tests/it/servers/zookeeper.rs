@@ -177,7 +177,7 @@ impl Zookeeper {
     }
 
     /// Runs `f` with a client of our own.
-    fn with_client<T>(&self, f: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {
+    pub(crate) fn with_client<T>(&self, f: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_time()

@@ -1,0 +1,317 @@
+//! The ZooKeeper backend's run history (docs/history.md): `[/chroot]/dlock-history/<escaped
+//! KEY>`, beside `/dlock` (never under the key's lock node, whose children are the lock's queue,
+//! and never a child of `/dlock`, whose children are keys). Each event is a persistent-sequential
+//! child `e-<sequence>` whose data is the event and whose ctime is the server's clock at the
+//! write: the sequence orders them, the ctime is [`Stored::at_ms`]. `--once-per` creates its
+//! start first (so its ctime is "now" by the server), then reads the previous start: if that one
+//! is younger than the window, it deletes its own and skips. The start that finds more than
+//! [`MAX_EVENTS`] plus a slack deletes the oldest. A reader reads at most [`MAX_EVENTS`] nodes, a
+//! few at a time, and keeps at most [`MAX_BODY`] bytes of each.
+
+use std::time::Duration;
+
+use zookeeper_client::{Acl, Acls, AuthId, Client, CreateMode, Permission, Stat};
+
+use super::{ROOT, ZkError, op};
+use crate::history::{Begun, Event, MAX_EVENT_BYTES, MAX_EVENTS, Stored};
+use crate::model::Key;
+
+/// Events past [`MAX_EVENTS`] before a start prunes: every few runs, not on every one.
+const SLACK: usize = 10;
+/// The most of one node's data a reader keeps (a bigger one is unreadable anyway; its first
+/// bytes are shown).
+pub(super) const MAX_BODY: usize = 16 * MAX_EVENT_BYTES;
+/// How many nodes are read at once (each reply is at most the server's `jute.maxbuffer`).
+const BATCH: usize = 16;
+/// The name of an event node, before its sequence.
+const EVENT: &str = "e-";
+
+/// Where a key's history lives, and who may read it.
+#[derive(Clone, Debug)]
+pub(super) struct Place {
+    /// `[/chroot]/dlock-history/<escaped key>`.
+    pub(super) parent: String,
+    /// With digest credentials: the nodes are the credentials' alone (`creator_all`).
+    pub(super) private: bool,
+}
+
+/// `[/chroot]/dlock-history/<escaped key>`: the escaped key is one path segment (no `/`), so
+/// no other key's history is inside it.
+pub(super) fn parent_of(chroot: &str, key: &Key) -> String {
+    format!(
+        "{chroot}/{ROOT}-history/{}",
+        crate::backend::escape_key(key)
+    )
+}
+
+/// The sequence of an event node's name, `None` for anything else.
+pub(super) fn sequence(name: &str) -> Option<i64> {
+    let digits = name.strip_prefix(EVENT)?;
+    if digits.is_empty() || digits.len() > 19 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The event nodes among `children`, newest first.
+pub(super) fn newest_first(children: &[String]) -> Vec<(i64, &str)> {
+    let mut events: Vec<(i64, &str)> = children
+        .iter()
+        .filter_map(|c| sequence(c).map(|s| (s, c.as_str())))
+        .collect();
+    events.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+    events
+}
+
+fn stored(mut data: Vec<u8>, stat: &Stat) -> Stored {
+    data.truncate(MAX_BODY);
+    Stored {
+        at_ms: u64::try_from(stat.ctime).ok(),
+        body: data,
+    }
+}
+
+impl Place {
+    pub(super) fn acls(&self) -> Acls<'static> {
+        if self.private {
+            Acls::creator_all()
+        } else {
+            Acls::anyone_all()
+        }
+    }
+
+    /// Creates `/dlock-history` (open to all to read, create and delete, as `/dlock`) and the
+    /// key's node where missing.
+    async fn make_parents(&self, client: &Client) -> Result<(), ZkError> {
+        let ancestors = [Acl::new(
+            Permission::READ | Permission::CREATE | Permission::DELETE,
+            AuthId::anyone(),
+        )];
+        let segments: Vec<&str> = self.parent.split('/').skip(1).collect();
+        let mut path = String::new();
+        for (i, segment) in segments.iter().enumerate() {
+            path.push('/');
+            path.push_str(segment);
+            let options = if i + 1 == segments.len() {
+                CreateMode::Persistent.with_acls(self.acls())
+            } else {
+                CreateMode::Persistent.with_acls(Acls::new(&ancestors))
+            };
+            match op(client.create(&path, &[], &options)).await {
+                Ok(_) | Err(ZkError::NodeExists) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds one event node; its name and stat, and the children listed right behind it (in
+    /// the same round trip: a session's requests are answered in order).
+    async fn add(
+        &self,
+        client: &Client,
+        body: &[u8],
+    ) -> Result<(String, Stat, Result<Vec<String>, ZkError>), ZkError> {
+        let prefix = format!("{}/{EVENT}", self.parent);
+        let options = CreateMode::PersistentSequential.with_acls(self.acls());
+        for _ in 0..3 {
+            let created = client.create(&prefix, body, &options);
+            let listed = client.list_children(&self.parent);
+            let (created, listed) = tokio::join!(op(created), op(listed));
+            match created {
+                Ok((stat, seq)) => return Ok((format!("{EVENT}{seq}"), stat, listed)),
+                Err(ZkError::NoNode) => self.make_parents(client).await?,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ZkError::NoNode)
+    }
+
+    /// Adds the start `body`; with `once_per`, first (by the server's clock) looks for a start
+    /// younger than that (see the module comment).
+    pub(super) async fn begin(
+        &self,
+        client: &Client,
+        body: &[u8],
+        once_per: Option<Duration>,
+    ) -> anyhow::Result<Begun> {
+        let (ours, stat, children) = self
+            .add(client, body)
+            .await
+            .map_err(|e| self.fail("add a start event", e))?;
+        let children = match children {
+            Ok(c) => c,
+            Err(e) => {
+                // Without the listing nothing can be decided: the start goes again.
+                let _ = op(client.delete(&format!("{}/{ours}", self.parent), None)).await;
+                return Err(self.fail("list the history", e));
+            }
+        };
+        let events = newest_first(&children);
+        if let Some(d) = once_per {
+            let mine = sequence(&ours).unwrap_or(i64::MAX);
+            let older: Vec<&str> = events
+                .iter()
+                .filter(|(s, _)| *s < mine)
+                .map(|(_, n)| *n)
+                .take(MAX_EVENTS)
+                .collect();
+            if let Some(last) = self.last_start(client, &older).await? {
+                let its = last.at_ms.unwrap_or(0);
+                let now = u64::try_from(stat.ctime).unwrap_or(0);
+                // A start "in the future" (a forged node) counts as just now.
+                let ago = Duration::from_millis(now.saturating_sub(its));
+                if ago < d {
+                    let path = format!("{}/{ours}", self.parent);
+                    op(client.delete(&path, None))
+                        .await
+                        .map_err(|e| self.fail("delete the skipped start", e))?;
+                    return Ok(Begun::Skip { last, ago });
+                }
+            }
+        }
+        if events.len() > MAX_EVENTS + SLACK {
+            self.prune(client, &events[MAX_EVENTS..]).await;
+        }
+        Ok(Begun::Started)
+    }
+
+    /// The newest start event among the event nodes `older` (newest first).
+    async fn last_start(&self, client: &Client, older: &[&str]) -> anyhow::Result<Option<Stored>> {
+        // The previous run's end, then its start: usually found in the first few.
+        for batch in older.chunks(4) {
+            let paths: Vec<String> = batch
+                .iter()
+                .map(|n| format!("{}/{n}", self.parent))
+                .collect();
+            let reads: Vec<_> = paths.iter().map(|p| client.get_data(p)).collect();
+            for read in reads {
+                match op(read).await {
+                    Ok((data, stat)) => {
+                        let s = stored(data, &stat);
+                        if Event::read(&s).is_some_and(|e| e.ev == "start") {
+                            return Ok(Some(s));
+                        }
+                    }
+                    Err(ZkError::NoNode) => {}
+                    Err(e) => return Err(self.fail("read the history", e)),
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes the event nodes `old`, best effort (the next start tries again).
+    async fn prune(&self, client: &Client, old: &[(i64, &str)]) {
+        let paths: Vec<String> = old
+            .iter()
+            .map(|(_, n)| format!("{}/{n}", self.parent))
+            .collect();
+        let deletes: Vec<_> = paths.iter().map(|p| client.delete(p, None)).collect();
+        for d in deletes {
+            let _ = op(d).await;
+        }
+    }
+
+    /// Adds the end `body`.
+    pub(super) async fn end(&self, client: &Client, body: &[u8]) -> anyhow::Result<()> {
+        self.add(client, body)
+            .await
+            .map(drop)
+            .map_err(|e| self.fail("add an end event", e))
+    }
+
+    /// The stored events, newest first, at most [`MAX_EVENTS`].
+    pub(super) async fn read(&self, client: &Client) -> anyhow::Result<Vec<Stored>> {
+        let children = match op(client.list_children(&self.parent)).await {
+            Ok(c) => c,
+            Err(ZkError::NoNode) => return Ok(Vec::new()),
+            Err(e) => return Err(self.fail("list the history", e)),
+        };
+        let events = newest_first(&children);
+        let mut out = Vec::new();
+        for batch in events[..events.len().min(MAX_EVENTS)].chunks(BATCH) {
+            let paths: Vec<String> = batch
+                .iter()
+                .map(|(_, n)| format!("{}/{n}", self.parent))
+                .collect();
+            let reads: Vec<_> = paths.iter().map(|p| client.get_data(p)).collect();
+            for read in reads {
+                match op(read).await {
+                    Ok((data, stat)) => out.push(stored(data, &stat)),
+                    Err(ZkError::NoNode) => {} // pruned meanwhile
+                    Err(e) => return Err(self.fail("read the history", e)),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes every event node and the key's history node.
+    pub(super) async fn purge(&self, client: &Client) -> anyhow::Result<()> {
+        let children = match op(client.list_children(&self.parent)).await {
+            Ok(c) => c,
+            Err(ZkError::NoNode) => return Ok(()),
+            Err(e) => return Err(self.fail("list the history", e)),
+        };
+        let events = newest_first(&children);
+        self.prune(client, &events).await;
+        match op(client.delete(&self.parent, None)).await {
+            Ok(()) | Err(ZkError::NoNode) | Err(ZkError::NotEmpty) => Ok(()),
+            Err(e) => Err(self.fail("delete the history", e)),
+        }
+    }
+
+    fn fail(&self, doing: &str, e: ZkError) -> anyhow::Error {
+        anyhow::anyhow!("zookeeper: cannot {doing} under {}: {e}", self.parent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn event_names_and_order() {
+        assert_eq!(sequence("e-0000000007"), Some(7));
+        assert_eq!(sequence("e-0000000000000000012"), Some(12));
+        for bad in [
+            "e-",
+            "e-12a",
+            "e--1",
+            "x-0000000001",
+            "e-+1",
+            "e-99999999999999999999",
+        ] {
+            assert_eq!(sequence(bad), None, "{bad}");
+        }
+        let children: Vec<String> = ["e-0000000002", "junk", "e-0000000010", "e-0000000001"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let names: Vec<&str> = newest_first(&children).iter().map(|e| e.1).collect();
+        assert_eq!(names, ["e-0000000010", "e-0000000002", "e-0000000001"]);
+        let k = Key::new("a/b").unwrap();
+        assert_eq!(parent_of("/c", &k), "/c/dlock-history/a%2Fb");
+    }
+
+    proptest! {
+        #[test]
+        fn sequence_never_panics(s in "\\PC{0,30}") {
+            let _ = sequence(&s);
+        }
+
+        #[test]
+        fn histories_of_two_keys_never_nest(a in "[a/%.b-]{1,8}", b in "[a/%.b-]{1,8}") {
+            prop_assume!(a != b);
+            let (pa, pb) = (
+                parent_of("", &Key::new(&a).unwrap()),
+                parent_of("", &Key::new(&b).unwrap()),
+            );
+            let inside = format!("{}/", pa);
+            prop_assert!(!pb.starts_with(&inside));
+            prop_assert_ne!(pa, pb);
+        }
+    }
+}
