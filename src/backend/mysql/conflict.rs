@@ -72,4 +72,3 @@ impl std::fmt::Display for AppHolds {
 }
 
 impl std::error::Error for AppHolds {}
-
