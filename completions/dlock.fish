@@ -52,7 +52,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -l reason -d 'Why the l
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l once-per -d 'Skip (exit 75, or -E\'s code) when a run of KEY started less than DURATION ago on any host, by the backend\'s clock; for cron on several hosts' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s s -l shared -d 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -d 'Try once; do not wait'
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l no-history -d 'Leave no record of this run in KEY\'s history (`dlock log`)'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l no-history -d 'Leave no record of this run in KEY\'s history (`dlock log`); also DLOCK_NO_HISTORY=1, which --once-per overrides'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Log acquire, renew and release events with timings'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -80,7 +80,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l owner -d 'The pr
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l max-hold -d 'Give the lock up after holding it this long (stopping the owner first)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s s -l shared -d 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s n -l no-wait -d 'Try once; do not wait'
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l no-history -d 'Leave no record of this run in KEY\'s history (`dlock log`)'
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l no-history -d 'Leave no record of this run in KEY\'s history (`dlock log`); also DLOCK_NO_HISTORY=1, which --once-per overrides'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s v -l verbose -d 'Log acquire, renew and release events with timings'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -112,7 +112,7 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         crate::history::NO_HISTORY_ENV,
-        "any value but 0, false, no, off or empty: as --no-history, leave no record of runs in the history",
+        "any value but 0, false, no, off or empty: as --no-history, leave no record of runs in the history (except runs with --once-per, which needs it)",
     ),
     (
         "DLOCK_HANDLE, DLOCK_HOLDER_PID",
@@ -406,8 +406,9 @@ pub(crate) struct LockArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub once_per: Option<Duration>,
 
-    /// Leave no record of this run in KEY's history (`dlock log`)
-    #[arg(long, env = crate::history::NO_HISTORY_ENV, value_parser = clap::builder::FalseyValueParser::new())]
+    /// Leave no record of this run in KEY's history (`dlock log`); also DLOCK_NO_HISTORY=1,
+    /// which --once-per overrides
+    #[arg(long)]
     pub no_history: bool,
 }
 

@@ -179,14 +179,19 @@ impl LockConfig {
             }
             if a.no_history {
                 return Err(Usage(
-                    "--once-per needs the run history, which --no-history (or DLOCK_NO_HISTORY) switches off".into(),
+                    "--once-per needs the run history, which --no-history switches off".into(),
                 ));
             }
         }
         Ok(LockConfig {
             target: Target::from_args(backend)?,
             once_per: a.once_per,
-            history: !a.no_history && mode == Mode::Exclusive,
+            // The variable is a default for every run; --once-per on a command line asks for
+            // the history explicitly (a global DLOCK_NO_HISTORY=1 must not make every cron
+            // line with --once-per fail).
+            history: !a.no_history
+                && (a.once_per.is_some() || !history_off_by_env())
+                && mode == Mode::Exclusive,
             keys,
             mode,
             ttl: a.ttl,
@@ -214,6 +219,17 @@ fn check_max(flag: &str, d: Duration) -> Result<(), Usage> {
         )));
     }
     Ok(())
+}
+
+/// Whether `DLOCK_NO_HISTORY` switches history off: set to anything but empty, `0`, `false`,
+/// `no` or `off` (any case).
+fn history_off_by_env() -> bool {
+    std::env::var(crate::history::NO_HISTORY_ENV).is_ok_and(|v| {
+        !matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "" | "0" | "false" | "no" | "off"
+        )
+    })
 }
 
 /// A checked `dlock run`.

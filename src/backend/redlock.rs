@@ -490,12 +490,15 @@ impl Lease for RedlockLease {
     /// written unless a quorum answered and none knows a start within DUR (each judged by its
     /// own clock); then the start goes to every master, and counts once a quorum has it. A run
     /// that counted is on a quorum, which meets the quorum the next run asks.
+    ///
+    /// Each master gets the acquire's short timeout: a master that does not answer must not
+    /// hold up every run.
     fn begin_run(&mut self, start: &[u8], once_per: Option<Duration>) -> anyhow::Result<Begun> {
-        let timeout = node_timeout(self.ttl).max(Duration::from_millis(200));
+        let timeout = node_timeout(self.ttl);
         let (keys, n, quorum) = (&self.keys, self.slots.len(), self.quorum);
         if let Some(within) = once_per {
             let found = parallel(&mut self.slots, |slot| {
-                slot.with(timeout, |c| history::last_start(c, keys))
+                slot.with(timeout, |c| history::last_start(c, keys, within))
             });
             let answered = found.iter().filter(|r| r.is_ok()).count();
             if answered < quorum {
@@ -516,13 +519,24 @@ impl Lease for RedlockLease {
             }
         }
         let wrote = parallel(&mut self.slots, |slot| {
-            slot.with(timeout, |c| history::begin(c, keys, start, None))
+            slot.with(timeout, |c| history::begin_entry(c, keys, start, None))
         });
         let ok = wrote
             .iter()
-            .filter(|r| matches!(r, Ok(Begun::Started)))
+            .filter(|r| matches!(r, Ok((Begun::Started, _))))
             .count();
         if ok < quorum {
+            // Too few have it to count: take it back where it went, so that it neither makes
+            // later runs skip nor shows as a run that never ended.
+            let entries: Vec<Option<Vec<u8>>> = wrote
+                .iter()
+                .map(|r| r.as_ref().ok().and_then(|(_, e)| e.clone()))
+                .collect();
+            for (slot, entry) in self.slots.iter_mut().zip(&entries) {
+                if let Some(entry) = entry {
+                    let _ = slot.with(timeout, |c| history::undo(c, keys, entry));
+                }
+            }
             let first = wrote.into_iter().find_map(Result::err);
             return Err(anyhow::anyhow!(
                 "the start was recorded on only {ok} of {n} masters ({quorum} needed): {:#}",
@@ -539,6 +553,9 @@ impl Lease for RedlockLease {
         let done = parallel(&mut self.slots, |slot| {
             slot.with(timeout, |c| history::release_end(c, keys, token, end))
         });
-        Ok(done.iter().all(Result::is_ok))
+        // The masters' lists are merged when read: one that has the end is enough, and a
+        // master that did not answer must not cost a second round of writes (new connections
+        // with the full command timeout) on every run.
+        Ok(done.iter().any(Result::is_ok))
     }
 }

@@ -70,13 +70,22 @@ fn state_text(run: &Run, holder: Option<&Holder>) -> String {
     }
 }
 
-/// Whether `run` is the run of `holder`, the lock's current holder.
+/// Whether `run` is the run of `holder`, the lock's current holder. On this host, its process
+/// must also be alive: after `kill -9` of dlock a lease lives on until it runs out, and the run
+/// is over.
 pub(crate) fn is_running(run: &Run, holder: Option<&Holder>) -> bool {
     let Some(h) = holder else { return false };
-    run.state == "no end recorded"
+    let same = run.state == "no end recorded"
         && run.pid.is_some()
         && run.pid == h.pid.map(u64::from)
-        && run.host.as_deref() == h.host.as_deref()
+        && run.host.as_deref() == h.host.as_deref();
+    if !same || run.host.as_deref() != Some(crate::backend::hostname().as_str()) {
+        return same;
+    }
+    run.pid
+        .and_then(|p| libc::pid_t::try_from(p).ok())
+        .and_then(crate::procs::Proc::of)
+        .is_some_and(|p| p.is_running())
 }
 
 /// One run on one line: start, where, how long, how it ended, token, command, reason.

@@ -512,25 +512,37 @@ impl Lease for LeaseSet {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Every key's history gets the start; a skip or an error of any part is the set's (the
-    /// caller refuses `--once-per` with several keys, so a skip cannot follow a recorded start).
+    /// Every key's history gets the start; a skip of any part is the set's (the caller refuses
+    /// `--once-per` with several keys, so a skip cannot follow a recorded start). A key whose
+    /// history cannot be written is a warning once another key's start is recorded: the run
+    /// goes on, and its end must reach the keys that have its start.
     fn begin_run(
         &mut self,
         start: &[u8],
         once_per: Option<Duration>,
     ) -> anyhow::Result<crate::backend::Begun> {
         let mut begun = crate::backend::Begun::NotKept;
+        let mut failed = Vec::new();
         for (key, lease) in &mut self.parts {
-            match lease
-                .begin_run(start, once_per)
-                .map_err(|e| e.context(format!("'{key}'")))?
-            {
-                crate::backend::Begun::NotKept | crate::backend::Begun::Inside => {}
-                crate::backend::Begun::Started => begun = crate::backend::Begun::Started,
-                skip @ crate::backend::Begun::Skip { .. } => return Ok(skip),
+            match lease.begin_run(start, once_per) {
+                Ok(crate::backend::Begun::NotKept | crate::backend::Begun::Inside) => {}
+                Ok(crate::backend::Begun::Started) => begun = crate::backend::Begun::Started,
+                Ok(skip @ crate::backend::Begun::Skip { .. }) => return Ok(skip),
+                Err(e) if once_per.is_some() => return Err(e.context(format!("'{key}'"))),
+                Err(e) => failed.push(e.context(format!("'{key}'"))),
             }
         }
-        Ok(begun)
+        match begun {
+            crate::backend::Begun::Started => {
+                for e in failed {
+                    report::warn(format_args!(
+                        "cannot record the run in the history (the command runs anyway): {e:#}"
+                    ));
+                }
+                Ok(begun)
+            }
+            _ => failed.into_iter().next().map_or(Ok(begun), Err),
+        }
     }
 
     /// Every part writes the end if it can; `false` if any could not (the caller writes it to

@@ -19,6 +19,14 @@ mod history {
     use super::*;
 
     crate::history!(TestBackend::file(), crate::history::file_native());
+
+    #[test]
+    fn starts_with_odd_times_and_torn_lines() {
+        crate::history::file_starts_with_odd_times_and_torn_lines(
+            &TestBackend::file(),
+            &crate::history::file_native(),
+        );
+    }
 }
 
 /// Shared locks, semaphores, several keys and nested runs.

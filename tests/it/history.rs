@@ -188,6 +188,9 @@ pub(crate) fn log_shows_every_ending_newest_first(b: &TestBackend, _n: &Native) 
     let killed_pid = killed.pid();
     killed.signal(libc::SIGKILL);
     let _ = killed.wait(Duration::from_secs(10));
+    // Its lease may live on until it runs out, but the run is over: not "running".
+    let newest = &log_json(b, &key, 1)[0];
+    assert_eq!(newest["state"], "no end recorded", "{newest:#?}");
     wait_until(
         b.ttl + Duration::from_secs(10),
         "the killed run's lock to free",
@@ -320,6 +323,10 @@ pub(crate) fn no_history_leaves_no_record(b: &TestBackend, n: &Native) {
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     run_ok(b.run(&key, &[], &["true"]).env("DLOCK_NO_HISTORY", "0"));
     assert_eq!(log_json(b, &key, 5).len(), 1);
+    // --once-per on the command line wins over a global DLOCK_NO_HISTORY.
+    let mut once = b.run(&key, &["--once-per", "1h"], &["true"]);
+    let out = output(once.env("DLOCK_NO_HISTORY", "1"));
+    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
 }
 
 /// `dlock acquire --once-per`: a section held and released is one run ("released", exit 0);
@@ -481,4 +488,35 @@ pub(crate) fn sentinel_native() -> Native {
         forge: |_, key, body| redis_forge(&port(), key, body),
         count: |_, key| redis_count(&port(), key),
     }
+}
+
+/// A start dated in the future: more than DUR ahead (a clock that went back) it does not count;
+/// less far ahead it counts as just now. A start without a time does not count. An event
+/// appended to a file whose last line is torn (no newline) is still read.
+pub(crate) fn file_starts_with_odd_times_and_torn_lines(b: &TestBackend, n: &Native) {
+    let key = unique_key("odd-times");
+    let start = |dt_ms: i128| {
+        let at = now_ms() as i128 + dt_ms;
+        format!("{at} {{\"run\":\"x{at}\",\"ev\":\"start\",\"host\":\"h\",\"pid\":1}}\n")
+    };
+    let path = {
+        let url = b.args.iter().find(|a| a.starts_with("file://")).unwrap();
+        Path::new(url.trim_start_matches("file://")).join(format!("{key}.history"))
+    };
+    std::fs::write(&path, start(86_400_000)).unwrap();
+    run_ok(&mut b.run(&key, &["--once-per", "1h"], &["true"]));
+    std::fs::write(&path, start(10_000)).unwrap();
+    run_code(&mut b.run(&key, &["--once-per", "1h"], &["true"]), 75);
+    std::fs::write(&path, "garbage {\"run\":\"y\",\"ev\":\"start\"}\n").unwrap();
+    run_ok(&mut b.run(&key, &["--once-per", "1h"], &["true"]));
+    // Torn: no newline at the end.
+    std::fs::write(&path, "1700000000000 {\"run\":\"z\",\"ev\":\"st").unwrap();
+    run_ok(&mut b.run(&key, &["--once-per", "1h"], &["true", "after-torn"]));
+    run_code(&mut b.run(&key, &["--once-per", "1h"], &["true"]), 75);
+    assert_eq!(log_json(b, &key, 5)[0]["command"], "true after-torn");
+    assert_eq!(
+        (n.count)(b, &key),
+        3,
+        "the torn line, the start and the end"
+    );
 }

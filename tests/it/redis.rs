@@ -56,6 +56,52 @@ mod tree {
 }
 
 /// The server stops answering (SIGSTOP) for longer than the TTL.
+/// History keys someone else wrote: of another type, or a newest start of megabytes. The run
+/// goes on (a warning at most), and the lock is given back at once, never left to its TTL.
+#[test]
+fn hostile_history_keys_never_keep_the_lock() {
+    let Some(url) = shared_redis() else { return };
+    let b = TestBackend::redis(&url);
+    let port = url.rsplit(':').next().unwrap();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", port])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", describe(&out));
+    };
+    let key = unique_key("wrongtype");
+    cli(&["SET", &format!("dlock:{{{key}}}:runs"), "not a list"]);
+    let out = output(&mut b.run(&key, &[], &["true"]));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(b.is_free(&key), "the lock must be given back");
+
+    let key = unique_key("huge-lastrun");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let mut huge = format!("{now} {{\"run\":\"h\",\"ev\":\"start\",\"host\":\"").into_bytes();
+    huge.extend(std::iter::repeat_n(b'A', 8 << 20));
+    let mut set = std::process::Command::new("redis-cli");
+    set.args(["-p", port, "-x", "SET", &format!("dlock:{{{key}}}:lastrun")]);
+    set.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null());
+    let mut child = set.spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), &huge).unwrap();
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    let out = output(&mut b.run(&key, &["--once-per", "1h"], &["true"]));
+    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+    assert!(
+        one_error_line(&out).contains("skipped: "),
+        "{}",
+        describe(&out)
+    );
+    assert!(b.is_free(&key), "the lock must be given back");
+}
+
 #[test]
 fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
     let Some(server) = Redis::start(&[]) else {

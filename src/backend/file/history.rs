@@ -121,17 +121,29 @@ pub(super) fn begin(
     let lines = read_lines(&mut file)?;
     let now = now_ms();
     if let Some(d) = once_per {
-        let last_start = lines
+        let within = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        // The newest start with a time that counts: one without a time (a forged or torn line)
+        // does not, nor one dated more than DUR ahead (a clock that went back: it would skip
+        // every run until the clock caught up); one less far ahead counts as just now.
+        let last = lines
             .iter()
             .rev()
             .map(|l| stored(l))
-            .find(|s| crate::history::Event::read(s).is_some_and(|e| e.ev == "start"));
-        if let Some(last) = last_start {
-            // A start "in the future" (the clock went back) counts as just now.
-            let ago = Duration::from_millis(now.saturating_sub(last.at_ms.unwrap_or(now)));
-            if ago < d {
-                return Ok(Begun::Skip { last, ago });
-            }
+            .filter(|s| crate::history::Event::read(s).is_some_and(|e| e.ev == "start"))
+            .find_map(|s| {
+                let at = s.at_ms?;
+                let ago = match now.checked_sub(at) {
+                    Some(ago) => ago,
+                    None if at - now <= within => 0,
+                    None => return None,
+                };
+                Some((s, ago))
+            });
+        if let Some((last, ago)) = last.filter(|(_, ago)| *ago < within) {
+            return Ok(Begun::Skip {
+                last,
+                ago: Duration::from_millis(ago),
+            });
         }
     }
     let new = line(now, body);
@@ -145,19 +157,30 @@ pub(super) fn begin(
         file.set_len(0)?;
         file.write_all(&kept)?;
     } else {
-        file.write_all(&new)?;
+        append(&file, &new)?;
     }
     Ok(Begun::Started)
+}
+
+/// Appends `line`, after a newline if the file does not end with one (a torn write, a full
+/// disk, a forged file): glued to that garbage, the event would be lost.
+fn append(mut file: &File, line: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    let mut last = [0u8; 1];
+    if len > 0 && file.read_at(&mut last, len - 1)? == 1 && last[0] != b'\n' {
+        file.write_all(b"\n")?;
+    }
+    file.write_all(line)
 }
 
 /// Appends the end event `body` to the history of the lock file `lock`.
 pub(super) fn end(lock: &Path, body: &[u8], shared: bool) -> anyhow::Result<()> {
     let path = path_of(lock);
-    let Some(mut file) = open_locked(&path, libc::LOCK_EX, Some(shared))? else {
+    let Some(file) = open_locked(&path, libc::LOCK_EX, Some(shared))? else {
         bail!("cannot open {}", path.display());
     };
-    file.write_all(&line(now_ms(), body))
-        .with_context(|| format!("cannot write {}", path.display()))
+    append(&file, &line(now_ms(), body)).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// The events of the lock file `lock`'s history, newest first (none without a history file).

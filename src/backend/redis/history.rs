@@ -23,6 +23,8 @@ const RELEASE_END: &str = concat!(
 const RUN_END: &str = concat!(include_str!("lua/run_end.lua"), "return 1\n");
 /// The newest events, each cut.
 const RUNS: &str = include_str!("lua/runs.lua");
+/// Takes a start back.
+const RUN_UNDO: &str = include_str!("lua/run_undo.lua");
 /// The newest start and its age.
 const RUN_LAST: &str = include_str!("lua/run_last.lua");
 
@@ -56,6 +58,16 @@ pub(in crate::backend) fn begin(
     body: &[u8],
     once_per: Option<Duration>,
 ) -> redis::RedisResult<Begun> {
+    begin_entry(con, keys, body, once_per).map(|(b, _)| b)
+}
+
+/// [`begin`], and the entry it added (for [`undo`]).
+pub(in crate::backend) fn begin_entry(
+    con: &mut Connection,
+    keys: &Keys,
+    body: &[u8],
+    once_per: Option<Duration>,
+) -> redis::RedisResult<(Begun, Option<Vec<u8>>)> {
     static S: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
     let within = once_per.map_or(0, |d| {
         u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -67,19 +79,25 @@ pub(in crate::backend) fn begin(
         .arg(within)
         .arg(MAX_EVENTS)
         .arg(keep_ms(once_per))
+        .arg(READ_CAP)
         .invoke(con)?;
     let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).ok();
     match reply.as_slice() {
-        [first] if int(first) == Some(1) => Ok(Begun::Started),
+        [first, entry] if int(first) == Some(1) => {
+            Ok((Begun::Started, redis::from_redis_value(entry.clone()).ok()))
+        }
         [first, last, ago] if int(first) == Some(0) => {
             let last: Vec<u8> = redis::from_redis_value(last.clone())?;
             let ago = int(ago).and_then(|a| u64::try_from(a).ok()).unwrap_or(0);
             let mut last = last;
             last.truncate(READ_CAP);
-            Ok(Begun::Skip {
-                last: stored(&last),
-                ago: Duration::from_millis(ago),
-            })
+            Ok((
+                Begun::Skip {
+                    last: stored(&last),
+                    ago: Duration::from_millis(ago),
+                },
+                None,
+            ))
         }
         _ => Err(redis::RedisError::from((
             redis::ErrorKind::UnexpectedReturnType,
@@ -92,9 +110,14 @@ pub(in crate::backend) fn begin(
 pub(in crate::backend) fn last_start(
     con: &mut Connection,
     keys: &Keys,
+    within: Duration,
 ) -> redis::RedisResult<Option<(Stored, Duration)>> {
     static S: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
-    let reply: Vec<redis::Value> = script(&S, RUN_LAST).key(&keys.lastrun).invoke(con)?;
+    let reply: Vec<redis::Value> = script(&S, RUN_LAST)
+        .key(&keys.lastrun)
+        .arg(u64::try_from(within.as_millis()).unwrap_or(u64::MAX))
+        .arg(READ_CAP)
+        .invoke(con)?;
     let [last, ago] = reply.as_slice() else {
         return Ok(None);
     };
@@ -103,6 +126,21 @@ pub(in crate::backend) fn last_start(
     let ago: i64 = redis::from_redis_value(ago.clone())?;
     let ago = Duration::from_millis(u64::try_from(ago).unwrap_or(0));
     Ok(Some((stored(&last), ago)))
+}
+
+/// `run_undo.lua`: takes back the start `entry` that [`begin_entry`] added.
+pub(in crate::backend) fn undo(
+    con: &mut Connection,
+    keys: &Keys,
+    entry: &[u8],
+) -> redis::RedisResult<()> {
+    static S: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+    let _: i64 = script(&S, RUN_UNDO)
+        .key(&keys.runs)
+        .key(&keys.lastrun)
+        .arg(entry)
+        .invoke(con)?;
+    Ok(())
 }
 
 /// `release_end`: the end, then the release (release.lua's reply: 1 released, 0 not ours).

@@ -109,9 +109,38 @@ impl Lease for RedisLease {
         }
         let addr = self.node.addr.clone();
         let keys = self.keys.clone();
+        let want = self.node.min_replicas;
+        let limit = (self.ttl / 3).min(Duration::from_secs(1));
+        let read_timeout = COMMAND_TIMEOUT.min(self.ttl / 3);
         let con = self.con()?;
-        super::history::begin(con, &keys, start, once_per)
-            .map_err(|e| anyhow::anyhow!("{addr}: {e}"))
+        let mut begun = super::history::begin(con, &keys, start, once_per);
+        // `?min-replicas=N`: the start must survive a failover as the lock does, or a late
+        // host would find no start on the new primary and run again in the same window.
+        if want > 0 && matches!(begun, Ok(crate::history::Begun::Started)) {
+            con.set_read_timeout(Some(limit + COMMAND_TIMEOUT))?;
+            let acked: redis::RedisResult<u32> = redis::cmd("WAIT")
+                .arg(want)
+                .arg(limit.as_millis().max(1) as u64)
+                .query(con);
+            con.set_read_timeout(Some(read_timeout))?;
+            begun = match acked {
+                Ok(n) if n >= want => begun,
+                Ok(n) => Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the run's start was not replicated",
+                    format!(
+                        "only {n} of the {want} replicas required (min-replicas) acknowledged it"
+                    ),
+                ))),
+                Err(e) => Err(e),
+            };
+        }
+        if begun.is_err() {
+            // The connection may be broken (a reply over the bound ends it): the release
+            // reconnects.
+            self.con = None;
+        }
+        begun.map_err(|e| anyhow::anyhow!("{addr}: {e}"))
     }
 
     /// The end goes out in the release's script: one round trip for both.
