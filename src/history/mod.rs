@@ -79,8 +79,17 @@ impl RunLog {
         once_per: Option<Duration>,
     ) -> Result<Option<RunLog>, NotBegun> {
         let id = new_run_id(holder);
-        let start = Event::start(&id, holder, token, MAX_COMMAND_CHARS);
-        let body = serde_json::to_vec(&start).unwrap_or_default();
+        // Within the cap readers keep to (escaped, a character may take 6 bytes): a start over
+        // it would not read as one, and `--once-per` would not see it.
+        let mut chars = MAX_COMMAND_CHARS;
+        let body = loop {
+            let start = Event::start(&id, holder, token, chars);
+            let body = serde_json::to_vec(&start).unwrap_or_default();
+            if body.len() <= MAX_EVENT_BYTES || chars == 0 {
+                break body;
+            }
+            chars /= 2;
+        };
         match lease.begin_run(&body, once_per) {
             Ok(Begun::Started) => Ok(Some(RunLog {
                 id,
@@ -183,6 +192,18 @@ fn new_run_id(holder: &Record) -> String {
         .take(8)
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// How long before `now_ms` a start stored at `at_ms` was (same clock), for `--once-per DUR`:
+/// a start in the future counts as just now when it is at most DUR ahead, and not at all
+/// (`None`) when it is farther — a clock that went back would otherwise skip every run until
+/// it caught up.
+pub(crate) fn age(now_ms: u64, at_ms: u64, within: Duration) -> Option<Duration> {
+    match now_ms.checked_sub(at_ms) {
+        Some(ago) => Some(Duration::from_millis(ago)),
+        None if Duration::from_millis(at_ms - now_ms) <= within => Some(Duration::ZERO),
+        None => None,
+    }
 }
 
 /// This host's clock, in milliseconds since the Unix epoch (0 before 1970).

@@ -89,7 +89,7 @@ impl Event {
             ev: "start".into(),
             host: holder.host.clone(),
             pid: holder.pid.map(u64::from),
-            user: user(),
+            user: user().map(|u| u.chars().take(MAX_FIELD).collect()),
             command: holder
                 .command
                 .as_ref()

@@ -33,6 +33,7 @@ macro_rules! history {
             forged_history_records_are_shown_escaped_and_capped,
             no_history_leaves_no_record,
             acquire_once_per_and_its_runs_in_the_log,
+            a_start_with_a_huge_command_still_counts,
         );
     };
     (@cases $make:expr, $native:expr; $($case:ident),* $(,)?) => {
@@ -121,6 +122,15 @@ pub(crate) fn once_per_lets_one_run_per_window_across_hosts(b: &TestBackend, _n:
             );
             assert_eq!(err.lines().count(), 1, "one line: {err}");
         }
+        // For the record (`--nocapture`): who ran, and what the others said.
+        let said: Vec<String> = results
+            .iter()
+            .map(|(_, code, err)| match code {
+                0 => "ran".to_string(),
+                _ => format!("{code}: {}", err.trim()),
+            })
+            .collect();
+        eprintln!("{} once-per round {round}: {said:#?}", b.name);
         ran_total += 1;
         // The next window: DUR after this one's run started, by any clock.
         let next = started + Duration::from_millis(2300);
@@ -377,6 +387,19 @@ pub(crate) fn acquire_once_per_and_its_runs_in_the_log(b: &TestBackend, _n: &Nat
     assert!(runs[0]["ending"]["lost"].is_string(), "{:#?}", runs[0]);
     assert_eq!(runs[1]["ending"]["code"], 0, "{:#?}", runs[1]);
     assert_eq!(runs[1]["pid"], holder, "{:#?}", runs[1]);
+}
+
+/// A command line that escapes to more than the event cap (1,024 control characters, 6 bytes
+/// each in JSON) is cut until its start fits: it still reads as a start, and `--once-per` sees it.
+pub(crate) fn a_start_with_a_huge_command_still_counts(b: &TestBackend, _n: &Native) {
+    let key = unique_key("huge-command");
+    let arg = "\u{1}".repeat(2000);
+    run_ok(&mut b.run(&key, &["--once-per", "1h"], &["true", &arg]));
+    let out = output(&mut b.run(&key, &["--once-per", "1h"], &["true"]));
+    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+    let runs = log_json(b, &key, 5);
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0]["state"], "ended", "{runs:#?}");
 }
 
 /// The file backend's hooks: `NAME.history` beside the lock file, one `MS BODY` line per event.

@@ -117,7 +117,7 @@ impl Place {
         };
         // The last start, by the clocks of its host and this one: for a window longer than the
         // marker's (which lives as long as the window of the run that wrote it).
-        if let Some((last, ago)) = self.last_start(c, fail)?
+        if let Some((last, ago)) = self.last_start(c, fail, d)?
             && ago < d
         {
             return Ok(Begun::Skip { last, ago });
@@ -189,15 +189,19 @@ impl Place {
         &self,
         c: &mut Client,
         fail: Fail<'_>,
+        within: Duration,
     ) -> anyhow::Result<Option<(Stored, Duration)>> {
         for kv in self.range(c, fail, "DESCEND", 8, false)? {
             let mut body = kv.value;
             body.truncate(MAX_BODY);
             let s = Stored { at_ms: None, body };
             if let Some(e) = Event::read(&s).filter(|e| e.ev == "start") {
-                let ago = e.host_ms.map_or(Duration::MAX, |ms| {
-                    Duration::from_millis(now_ms().saturating_sub(ms))
-                });
+                // A start more than DUR ahead of this host's clock (its host's clock was far
+                // ahead) does not count here: the marker decides.
+                let ago = e
+                    .host_ms
+                    .and_then(|ms| crate::history::age(now_ms(), ms, within))
+                    .unwrap_or(Duration::MAX);
                 return Ok(Some((s, ago)));
             }
         }
@@ -300,16 +304,21 @@ fn call_txn(c: &mut Client, fail: Fail<'_>, txn: &Value) -> anyhow::Result<reply
 }
 
 /// What `/v3/lease/timetolive` says of `lease`: (seconds left, seconds granted); `None` for no
-/// lease, one not found (expired) or no answer.
+/// lease or one not found (expired: etcd answers a TTL of -1). No answer, or one that does not
+/// read, is not "gone": it says the lease is young (`(1, 1)`), so that the host clock alone
+/// never takes a marker over.
 fn lease_left(c: &mut Client, lease: i64) -> Option<(i64, i64)> {
     if lease == 0 {
         return None;
     }
-    let t = c
-        .call("/v3/lease/timetolive", &json!({ "ID": lease.to_string() }))
-        .ok()?;
-    let t: reply::Ttl = decode(&t, "timetolive").ok()?;
-    Some((t.ttl, t.granted))
+    let young = Some((1, 1));
+    let Ok(t) = c.call("/v3/lease/timetolive", &json!({ "ID": lease.to_string() })) else {
+        return young;
+    };
+    match decode::<reply::Ttl>(&t, "timetolive") {
+        Ok(t) => Some((t.ttl, t.granted)),
+        Err(_) => young,
+    }
 }
 
 /// For an existing marker of a window of `d`, whose lease has `left` (seconds left, granted):

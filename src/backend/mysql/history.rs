@@ -138,7 +138,7 @@ fn insert(con: &mut Conn, addr: &str, key: &Key, kind: &str, body: &[u8]) -> any
 
 /// The newest start of `key` and how long ago it was stored (ms, by the server's clock), if
 /// there is one.
-fn last_start(con: &mut Conn, key: &Key) -> mysql::Result<Option<(Stored, i64)>> {
+fn last_start(con: &mut Conn, key: &Key) -> mysql::Result<Option<(Stored, Option<i64>)>> {
     let sql = format!(
         "SELECT TIMESTAMPDIFF(MICROSECOND, at, UTC_TIMESTAMP(6)) DIV 1000, {} \
          FROM dlock_runs WHERE {OF_KEY} AND kind = 'start' ORDER BY id DESC LIMIT 1",
@@ -147,7 +147,7 @@ fn last_start(con: &mut Conn, key: &Key) -> mysql::Result<Option<(Stored, i64)>>
     match exec(con, &sql, key_params(key)) {
         Ok(rows) => Ok(rows.into_iter().next().map(|row| {
             let cells = row.unwrap_raw();
-            (event(&cells, 1), int(cells.first()).unwrap_or(0))
+            (event(&cells, 1), int(cells.first()))
         })),
         Err(e) if is(&e, NO_TABLE) => Ok(None),
         Err(e) => Err(e),
@@ -183,8 +183,13 @@ impl MysqlLease {
         if let Some(d) = once_per {
             let last = last_start(con, &key).map_err(|e| failed(&addr, "read the history", &e))?;
             if let Some((last, ago)) = last {
-                // A start "in the future" (the server's clock went back) counts as just now.
-                let ago = Duration::from_millis(u64::try_from(ago).unwrap_or(0));
+                // By the server's clock. A start more than DUR in the future (the clock went
+                // back) or without a time does not count; one less far ahead counts as now.
+                let ago = match ago {
+                    Some(a) if a >= 0 => Duration::from_millis(a.unsigned_abs()),
+                    Some(a) if Duration::from_millis(a.unsigned_abs()) <= d => Duration::ZERO,
+                    _ => Duration::MAX,
+                };
                 if ago < d {
                     return Ok(Begun::Skip { last, ago });
                 }
@@ -200,8 +205,9 @@ impl MysqlLease {
         Ok(Begun::Started)
     }
 
-    /// Writes the end on the lock's connection, before it lets the lock go: whether it did
-    /// (not for a connection that is gone, or a lease that keeps no history).
+    /// Writes the end on the lock's connection (after the lock is let go: see
+    /// `release_with_end`): whether it did (not for a connection that is gone, or a lease that
+    /// keeps no history).
     pub(super) fn write_end(&mut self, end: &[u8]) -> bool {
         match (&self.history, self.con.as_mut()) {
             (Some(key), Some(con)) => insert(con, &self.addr, key, "end", end).is_ok(),

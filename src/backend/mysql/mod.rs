@@ -625,7 +625,13 @@ impl Lease for MysqlLease {
     }
 
     /// The end goes on the lock's connection, before `RELEASE_LOCK`.
+    /// The lock is let go first, then the end is written on the same connection: an INSERT
+    /// held up by a table's metadata lock (an `ALTER`, a backup's `FLUSH TABLES WITH READ
+    /// LOCK`) must delay only this dlock's exit, never the next holder.
     fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        if let Some(con) = self.con.as_mut() {
+            let _ = con.query_drop(format!("DO RELEASE_LOCK(X'{}')", hex(&self.name)));
+        }
         let wrote = self.write_end(end);
         self.release().map(|()| wrote)
     }

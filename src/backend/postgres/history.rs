@@ -96,6 +96,22 @@ async fn run(client: &Client, sql: &str, params: &[Param<'_>]) -> Result<Rows, F
     }
 }
 
+/// [`with_table`] on the lock's session, with `lock_timeout` at [`LOCK_PATIENCE`] for it (the
+/// three statements pipelined: one round trip): a lock someone holds on `dlock_runs` makes the
+/// start fail (a warning; `--once-per` refuses to run) rather than leave the lock's session
+/// stuck behind it, with its renewals and release queued up.
+async fn bounded(client: &Client, sql: &str, params: &[Param<'_>]) -> Result<Rows, Fail> {
+    let set = client.batch_execute(LOCK_PATIENCE);
+    let rows = with_table(client, sql, params);
+    let reset = client.batch_execute("SET lock_timeout = 0");
+    let (set, rows, _) = tokio::join!(set, rows, reset);
+    set.map_err(Fail::Pg)?;
+    rows
+}
+
+/// How long a history statement on the lock's session waits for a lock on the table.
+const LOCK_PATIENCE: &str = "SET lock_timeout = 1000";
+
 /// [`run`], creating the table first if it is missing.
 async fn with_table(client: &Client, sql: &str, params: &[Param<'_>]) -> Result<Rows, Fail> {
     match run(client, sql, params).await {
@@ -139,7 +155,8 @@ impl PgLease {
             "WITH last AS (SELECT at, body FROM dlock_runs WHERE $3::bigint IS NOT NULL \
                AND key = $1 AND kind = 'start' ORDER BY id DESC LIMIT 1), \
              skip AS (SELECT at, body FROM last \
-               WHERE at > now() - $3::float8 * interval '1 millisecond'), \
+               WHERE at > now() - $3::float8 * interval '1 millisecond' \
+                 AND at <= now() + $3::float8 * interval '1 millisecond'), \
              ins AS (INSERT INTO dlock_runs (key, kind, at, body) \
                SELECT $1, 'start', now(), $2 WHERE NOT EXISTS (SELECT 1 FROM skip) RETURNING id), \
              gone AS (DELETE FROM dlock_runs WHERE key = $1 AND EXISTS (SELECT 1 FROM ins) \
@@ -163,11 +180,12 @@ impl PgLease {
         ];
         let rows = self
             .rt
-            .block_on(with_table(&s.client, &sql, &params))
+            .block_on(bounded(&s.client, &sql, &params))
             .map_err(|f| anyhow::anyhow!("{}: cannot record the run: {}", self.addr, f.text()))?;
         Ok(match rows.first() {
             Some(row) => {
-                // A start "in the future" (the server's clock went back) counts as just now.
+                // A start in the future (the server's clock went back) counts as just now
+                // when it is less than DUR ahead; farther, it did not count (the query).
                 let ago = cell(row, 0).and_then(|v| v.parse::<u64>().ok());
                 Begun::Skip {
                     last: event(row, 1),
@@ -178,29 +196,12 @@ impl PgLease {
         })
     }
 
-    /// [`Lease::release_with_end`]: the end, the holder record's removal and the unlock in one
-    /// statement; if it fails (a session that is gone, a table dropped meanwhile), a plain
-    /// release, and the caller writes the end.
-    pub(super) fn release_writing(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
-        let (Some(key), Some(s)) = (self.history.clone(), self.session.as_ref()) else {
-            return self.release().map(|()| false);
-        };
-        self.releasing
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        let sql = format!(
-            "WITH e AS ({INSERT_END}), \
-             h AS (DELETE FROM dlock_holders WHERE pid = pg_backend_pid()) \
-             SELECT pg_advisory_unlock_all()"
-        );
-        let body = String::from_utf8_lossy(end);
-        let params: [Param<'_>; 2] = [(&key.as_str(), Type::TEXT), (&body, Type::TEXT)];
-        match self.rt.block_on(run(&s.client, &sql, &params)) {
-            Ok(_) => {
-                self.session = None;
-                Ok(true)
-            }
-            Err(_) => self.release().map(|()| false),
-        }
+    /// [`Lease::release_with_end`]: a plain release, and the caller writes the end on a new
+    /// session. (In one statement with the unlock, the end held the release up behind any
+    /// lock on `dlock_runs`: a statement takes its table locks before it runs, and the next
+    /// holder waited for a `LOCK TABLE` to end.)
+    pub(super) fn release_writing(self: Box<Self>, _end: &[u8]) -> anyhow::Result<bool> {
+        self.release().map(|()| false)
     }
 }
 

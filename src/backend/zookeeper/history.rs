@@ -157,10 +157,13 @@ impl Place {
                 .take(MAX_EVENTS)
                 .collect();
             if let Some(last) = self.last_start(client, &older).await? {
-                let its = last.at_ms.unwrap_or(0);
                 let now = u64::try_from(stat.ctime).unwrap_or(0);
-                // A start "in the future" (a forged node) counts as just now.
-                let ago = Duration::from_millis(now.saturating_sub(its));
+                // A start more than DUR in the future (a leader whose clock was ahead, a forged
+                // node) does not count; one less far ahead counts as just now.
+                let ago = last
+                    .at_ms
+                    .and_then(|its| crate::history::age(now, its, d))
+                    .unwrap_or(Duration::MAX);
                 if ago < d {
                     let path = format!("{}/{ours}", self.parent);
                     op(client.delete(&path, None))
