@@ -4,14 +4,14 @@
 //! slack, the start of a run rewrites it with the newest [`MAX_EVENTS`]. A reader reads at most
 //! [`MAX_FILE`] bytes (the end of a longer file), so a forged file cannot blow it up.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use super::paths::{open_existing, open_lock_file};
 use super::wait::try_flock;
 use crate::history::{Begun, MAX_EVENT_BYTES, MAX_EVENTS, Stored, now_ms};
 
@@ -29,37 +29,18 @@ pub(super) fn path_of(lock: &Path) -> PathBuf {
     lock.with_extension("history")
 }
 
-/// Opens the history file (creating it with `mode`) without following a symlink, refusing
-/// anything but a regular file, and locks it (`op`) within [`FLOCK_PATIENCE`].
-/// In a directory shared with other users (`shared`), a history file this process creates is
-/// made writable by all of them, as lock files are.
+/// Opens the history file as the lock file is opened (no symlink, regular files only, shared
+/// with the other users of a shared directory: [`open_lock_file`]; for a reader, only if it
+/// exists: [`open_existing`]), and locks it (`op`) within [`FLOCK_PATIENCE`].
 fn open_locked(path: &Path, op: libc::c_int, create: Option<bool>) -> anyhow::Result<Option<File>> {
-    let mut o = OpenOptions::new();
-    o.read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
-    if create.is_some() {
-        o.append(true).create(true).mode(0o666);
-    }
-    let file = match o.open(path) {
-        Ok(f) => f,
-        Err(e) if create.is_none() && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            bail!("refusing {}: it is a symbolic link", path.display())
-        }
-        Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+    let file = match create {
+        Some(shared) => open_lock_file(path, shared)?,
+        None => match open_existing(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+        },
     };
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() {
-        bail!("refusing {}: not a regular file", path.display());
-    }
-    {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        if create == Some(true) && meta.uid() == crate::sys::euid() && meta.mode() & 0o666 != 0o666
-        {
-            file.set_permissions(std::fs::Permissions::from_mode(0o666))
-                .with_context(|| format!("cannot share {}", path.display()))?;
-        }
-    }
     let until = Instant::now() + FLOCK_PATIENCE;
     while !try_flock(&file, op)? {
         if Instant::now() >= until {
@@ -155,6 +136,7 @@ pub(super) fn begin(
         }
         kept.extend_from_slice(&new);
         file.set_len(0)?;
+        file.seek(SeekFrom::Start(0))?;
         file.write_all(&kept)?;
     } else {
         append(&file, &new)?;
@@ -164,9 +146,10 @@ pub(super) fn begin(
 
 /// Appends `line`, after a newline if the file does not end with one (a torn write, a full
 /// disk, a forged file): glued to that garbage, the event would be lost.
+/// (Under the history file's flock, which every writer takes: the end is the end.)
 fn append(mut file: &File, line: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    let len = file.metadata()?.len();
+    let len = file.seek(SeekFrom::End(0))?;
     let mut last = [0u8; 1];
     if len > 0 && file.read_at(&mut last, len - 1)? == 1 && last[0] != b'\n' {
         file.write_all(b"\n")?;
