@@ -196,12 +196,33 @@ impl PgLease {
         })
     }
 
-    /// [`Lease::release_with_end`]: a plain release, and the caller writes the end on a new
-    /// session. (In one statement with the unlock, the end held the release up behind any
-    /// lock on `dlock_runs`: a statement takes its table locks before it runs, and the next
-    /// holder waited for a `LOCK TABLE` to end.)
-    pub(super) fn release_writing(self: Box<Self>, _end: &[u8]) -> anyhow::Result<bool> {
-        self.release().map(|()| false)
+    /// [`Lease::release_with_end`]: the end, the holder record's removal and the unlock in one
+    /// statement, sent with `lock_timeout` at a second ([`bounded`]): a lock someone holds on
+    /// `dlock_runs` (a statement takes its table locks before it runs) delays the release by
+    /// that second at most, then a plain release goes out and the caller writes the end on a
+    /// new session. In the same round trip as the release, the end costs no time after it:
+    /// dlock exits as soon as the lock is free (an end written on a new session after the
+    /// release kept dlock alive, for the connection, while the next holder's command started).
+    pub(super) fn release_writing(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        let (Some(key), Some(s)) = (self.history.clone(), self.session.as_ref()) else {
+            return self.release().map(|()| false);
+        };
+        self.releasing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let sql = format!(
+            "WITH e AS ({INSERT_END}), \
+             h AS (DELETE FROM dlock_holders WHERE pid = pg_backend_pid()) \
+             SELECT pg_advisory_unlock_all()"
+        );
+        let body = String::from_utf8_lossy(end);
+        let params: [Param<'_>; 2] = [(&key.as_str(), Type::TEXT), (&body, Type::TEXT)];
+        match self.rt.block_on(bounded(&s.client, &sql, &params)) {
+            Ok(_) => {
+                self.session = None;
+                Ok(true)
+            }
+            Err(_) => self.release().map(|()| false),
+        }
     }
 }
 
