@@ -152,7 +152,10 @@ fn run(run: &RunConfig) -> u8 {
     let reaper = supervise::Reaper::new();
     let interrupt = signals::Interrupt::new();
     // If the guardian dies, what it leaves must come here, not escape to init.
-    supervise::become_subreaper();
+    if let Err(why) = supervise::become_subreaper() {
+        report::error(format_args!("{why}"));
+        return exit::UNAVAILABLE;
+    }
 
     let started = Instant::now();
     let holder = Record {

@@ -20,21 +20,53 @@ impl Proc {
 
     /// Sends each of `sigs` to this process if it is still the one scanned; says if it did.
     ///
-    /// Never by bare pid: a process that dies between the scan and the kill can have its pid
-    /// handed to an unrelated process at once (pids wrap after 32768 by default, and a
-    /// long-lived process's pid is a full cycle old). It is pinned with a pidfd, checked to be
-    /// the one scanned (same start time), and signalled through the pidfd. This once killed
-    /// another test's dlock with SIGKILL.
+    /// Never by bare pid where the kernel has pidfds: a process that dies between the scan and
+    /// the kill can have its pid handed to an unrelated process at once (pids wrap after 32768
+    /// by default, and a long-lived process's pid is a full cycle old). It is pinned with a
+    /// pidfd, checked to be the one scanned (same start time), and signalled through the pidfd.
+    /// This once killed another test's dlock with SIGKILL.
+    ///
+    /// Without pidfds (Linux < 5.3, or a sandbox that denies them) the process is checked to be
+    /// the one scanned and signalled by pid at once: what is left is the few microseconds
+    /// between the check and the kill, in which it would have to exit, be reaped by its parent
+    /// and have its pid handed out again. `run` never sends SIGKILL this way (its guardian
+    /// kills only its own unreaped children, [`Proc::signal_child`]); `acquire`'s holder, which
+    /// is no ancestor of its owner, has no other way (docs/failures.md, "Old kernels").
     pub(crate) fn signal(&self, sigs: &[i32]) -> bool {
-        // Gone already (or a kernel before 5.3: do not risk a recycled pid).
         let Some(fd) = crate::sys::PidFd::open(self.pid) else {
-            return false;
+            return !crate::sys::has_pidfds() && self.signal_checked(sigs);
         };
         if read_stat(self.pid).map(|(_, st)| st) != Some(self.start) {
             return false;
         }
         for &sig in sigs {
             fd.signal(sig);
+        }
+        true
+    }
+
+    /// By pid, right after checking that it is still the one scanned (see [`Proc::signal`]).
+    fn signal_checked(&self, sigs: &[i32]) -> bool {
+        if read_stat(self.pid).map(|(_, st)| st) != Some(self.start) {
+            return false;
+        }
+        for &sig in sigs {
+            let _ = crate::sys::raw::kill(self.pid, sig);
+        }
+        true
+    }
+
+    /// Sends each of `sigs` to this process, a child of the calling process that the calling
+    /// thread alone reaps: by pid, which no other process can have been given while the child
+    /// is unreaped (a child that exited stays a zombie, its pid held, until it is reaped). Every
+    /// kernel. Says if it was still our child.
+    pub(crate) fn signal_child(&self, sigs: &[i32]) -> bool {
+        let me = std::process::id() as libc::pid_t;
+        if read_stat(self.pid) != Some((me, self.start)) {
+            return false;
+        }
+        for &sig in sigs {
+            let _ = crate::sys::raw::kill(self.pid, sig);
         }
         true
     }
@@ -91,6 +123,20 @@ pub(crate) fn descendants(root: libc::pid_t) -> Vec<Proc> {
     }
     tree.remove(0);
     tree
+}
+
+/// The children of `parent`, from a scan of `/proc` (a subreaper's orphans among them).
+pub(crate) fn children(parent: libc::pid_t) -> Vec<Proc> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter_map(|pid| match read_stat(pid) {
+            Some((ppid, start)) if ppid == parent => Some(Proc { pid, start }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Whether any process of group `pgid` still runs (a zombie waiting for its parent does not:

@@ -62,9 +62,21 @@ impl Ending {
     }
 }
 
-/// Makes this process the reaper of every orphan below it. Call once, before spawning.
-pub(crate) fn become_subreaper() {
-    crate::sys::become_subreaper();
+/// Makes this process the reaper of every orphan below it. Call once, before spawning. Without
+/// child subreapers (Linux < 3.4, or a sandbox that denies them) the guardian could not keep
+/// the command's tree below it: dlock refuses to run rather than run with a weaker guarantee.
+pub(crate) fn become_subreaper() -> Result<(), String> {
+    crate::sys::become_subreaper().map_err(|e| {
+        let how = match e.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => "denied by a sandbox",
+            _ => "unknown to this kernel",
+        };
+        format!(
+            "child subreapers (PR_SET_CHILD_SUBREAPER, Linux 3.4 and later) are {how}, and \
+             without them the command's whole process tree cannot be covered; dlock needs \
+             Linux 3.10 or later"
+        )
+    })
 }
 
 /// Reaps this process's children on SIGCHLD — the guardian, and orphans re-parented here if it
@@ -255,10 +267,27 @@ fn terminate_descendants(child: &Child) -> usize {
 /// SIGKILL to every descendant but the guardian, which must outlive them (its copies of
 /// dlock's descriptors hold the lock if dlock dies now); it gets SIGCONT, in case someone
 /// stopped it (it blocks every other signal).
+///
+/// The guardian is told to kill its tree: it kills its own children round after round (each
+/// killed process's children become its own), by pid, which is safe for a parent and needs
+/// nothing new from the kernel. Where pidfds exist, dlock also kills every descendant at once
+/// (each pinned); where they do not, only its own children (orphans of a dead guardian), which
+/// it alone reaps.
 fn kill_descendants(child: &Child) {
-    signal_descendants(&[libc::SIGKILL], Some(child.guardian.pid()));
-    if let Some(fd) = crate::sys::PidFd::open(child.guardian.pid()) {
-        fd.signal(libc::SIGCONT);
+    child.guardian.kill_tree();
+    let guardian = child.guardian.pid();
+    if crate::sys::has_pidfds() {
+        signal_descendants(&[libc::SIGKILL], Some(guardian));
+    } else {
+        let me = std::process::id() as libc::pid_t;
+        for p in crate::procs::children(me) {
+            if p.pid != guardian {
+                p.signal_child(&[libc::SIGKILL]);
+            }
+        }
+    }
+    if let Some(g) = crate::procs::Proc::of(guardian) {
+        g.signal_child(&[libc::SIGCONT]);
     }
 }
 

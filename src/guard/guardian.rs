@@ -194,6 +194,7 @@ impl Guard {
                                 let _ = raw::kill(self.child, sig as i32);
                             }
                             Some((to_guard::DEADLINE, ns)) => self.deadline_ns = ns,
+                            Some((to_guard::KILL, _)) => self.killing = true,
                             _ => {}
                         }
                     }

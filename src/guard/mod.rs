@@ -73,6 +73,8 @@ mod to_guard {
     pub(super) const SIGNAL: u8 = b'S';
     /// The lease now lasts until this `CLOCK_BOOTTIME` nanosecond (0: it does not expire).
     pub(super) const DEADLINE: u8 = b'D';
+    /// Kill the whole tree now (SIGKILL, round after round, until nothing is left).
+    pub(super) const KILL: u8 = b'X';
 }
 
 /// Messages from the guardian to dlock.
@@ -244,6 +246,12 @@ impl Guardian {
     /// Asks the guardian to send `sig` to the command (nothing if it has exited).
     pub(crate) fn signal_command(&self, sig: i32) {
         self.tell(to_guard::SIGNAL, sig as u64);
+    }
+
+    /// Asks the guardian to kill the command's whole tree: its own children by pid (safe for
+    /// their parent, on every kernel), round after round, until none is left; then it exits.
+    pub(crate) fn kill_tree(&self) {
+        self.tell(to_guard::KILL, 0);
     }
 
     /// Tells the guardian the lease's new deadline.

@@ -171,10 +171,10 @@ pub(super) fn hold(
     let watched = Watched {
         caller: Some(to_caller),
         listener,
-        owner: owner
-            .as_ref()
-            .map(|o| o.fd().as_fd().try_clone_to_owned())
-            .and_then(Result::ok),
+        owner: owner.as_ref().and_then(|o| match o.fd() {
+            Some(fd) => fd.as_fd().try_clone_to_owned().ok().map(OwnerWatch::Fd),
+            None => Some(OwnerWatch::Scan(o.proc())),
+        }),
     };
     if let Err(e) = watch(watched, events) {
         report::error(format_args!(
@@ -271,8 +271,16 @@ struct Watched {
     caller: Option<UnixStream>,
     /// The handle's socket.
     listener: UnixListener,
-    /// The owner's pidfd, until it exits.
-    owner: Option<std::os::fd::OwnedFd>,
+    /// The owner, until it exits.
+    owner: Option<OwnerWatch>,
+}
+
+/// How the watcher learns that the owner exited.
+enum OwnerWatch {
+    /// Its pidfd becomes readable.
+    Fd(std::os::fd::OwnedFd),
+    /// No pidfds (Linux < 5.3): /proc is looked at every [`super::owner::OWNER_CHECK`].
+    Scan(crate::procs::Proc),
 }
 
 /// Starts the watcher thread.
@@ -286,15 +294,26 @@ fn watch(mut w: Watched, events: Events) -> std::io::Result<()> {
                     fds.push(c.as_fd());
                     fds.len() - 1
                 });
-                let owner_at = w.owner.as_ref().map(|o| {
-                    fds.push(o.as_fd());
-                    fds.len() - 1
-                });
-                let Ok(ready) = sys::poll_readable(&fds, -1) else {
+                let mut timeout = -1;
+                let mut owner_gone = false;
+                let owner_at = match &w.owner {
+                    Some(OwnerWatch::Fd(o)) => {
+                        fds.push(o.as_fd());
+                        Some(fds.len() - 1)
+                    }
+                    Some(OwnerWatch::Scan(p)) => {
+                        owner_gone = !p.is_running();
+                        timeout = super::owner::OWNER_CHECK.as_millis() as i32;
+                        None
+                    }
+                    None => None,
+                };
+                let Ok(ready) = sys::poll_readable(&fds, if owner_gone { 0 } else { timeout })
+                else {
                     return;
                 };
                 let is = |i: Option<usize>| i.is_some_and(|i| ready.get(i) == Some(&true));
-                let (caller, owner) = (is(caller_at), is(owner_at));
+                let (caller, owner) = (is(caller_at), is(owner_at) || owner_gone);
                 let listener = ready.first() == Some(&true);
                 drop(fds);
                 if caller {

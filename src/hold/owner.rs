@@ -13,10 +13,15 @@ use crate::exit::Usage;
 use crate::procs::{self, Proc};
 use crate::sys::{self, PidFd};
 
+/// How often a holder without pidfds (Linux < 5.3) looks whether its owner has exited: no
+/// kernel before 5.3 tells a process that another one, not its child, has ended.
+pub(super) const OWNER_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A pinned owner process.
 pub(super) struct Owner {
     pid: libc::pid_t,
-    fd: PidFd,
+    /// A pidfd, where the kernel has them; without, the start time alone names it (`proc`).
+    fd: Option<PidFd>,
     proc: Proc,
 }
 
@@ -38,7 +43,8 @@ impl Owner {
             )));
         }
         let pid = pid as libc::pid_t;
-        let (Some(fd), Some(proc)) = (PidFd::open(pid), Proc::of(pid)) else {
+        let fd = PidFd::open(pid);
+        let (true, Some(proc)) = (fd.is_some() || !sys::has_pidfds(), Proc::of(pid)) else {
             return Err(Usage(format!("{which} {pid}: no such process")));
         };
         if parent && sys::parent_pid() != pid {
@@ -72,14 +78,20 @@ impl Owner {
         self.pid as u32
     }
 
-    /// Its pidfd (readable once it has exited).
-    pub(super) fn fd(&self) -> &PidFd {
-        &self.fd
+    /// Its pidfd (readable once it has exited); `None` on a kernel without pidfds, where the
+    /// holder looks at [`Owner::has_exited`] every [`OWNER_CHECK`] instead.
+    pub(super) fn fd(&self) -> Option<&PidFd> {
+        self.fd.as_ref()
+    }
+
+    /// The owner as scanned.
+    pub(super) fn proc(&self) -> Proc {
+        self.proc
     }
 
     /// Whether it has exited.
     pub(super) fn has_exited(&self) -> bool {
-        self.fd.has_exited() || !self.proc.is_running()
+        self.fd.as_ref().is_some_and(PidFd::has_exited) || !self.proc.is_running()
     }
 
     /// Its command line from /proc, arguments joined by spaces, credentials in URLs hidden,

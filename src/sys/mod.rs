@@ -19,7 +19,7 @@ pub(crate) use detach::{
     set_parent_death_signal, setsid, signal_group, to_dev_null,
 };
 pub(crate) use fs::{Inotify, flock, ofd_lock, poll_readable, poll_ready};
-pub(crate) use process::{PidFd, become_subreaper, wait_pid, waitid_exited_nowait};
+pub(crate) use process::{PidFd, become_subreaper, has_pidfds, wait_pid, waitid_exited_nowait};
 pub(crate) use signal::{
     SigSet, Thread, ThreadTimer, block_signals, deadline_signal, install_exiting_handlers,
     install_interrupting_handler, interrupting_signal, is_ignored, reset_to_default,

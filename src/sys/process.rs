@@ -5,11 +5,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
-/// Makes this process the reaper of every orphan below it. Failure (a kernel before 3.4) only
-/// weakens the clean-up of a job's leftovers, so it is ignored.
-pub(crate) fn become_subreaper() {
+/// Makes this process the reaper of every orphan below it. Fails on a kernel before 3.4 (or in
+/// a sandbox that denies the `prctl`): then the command's tree cannot be covered.
+pub(crate) fn become_subreaper() -> io::Result<()> {
     // SAFETY: prctl with integer arguments only.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The pid of a child that has exited, without reaping it (`waitid(P_ALL, WEXITED | WNOHANG |
@@ -44,6 +47,14 @@ pub(crate) fn wait_pid(pid: libc::pid_t) -> ExitStatus {
             return ExitStatus::from_raw(status);
         }
     }
+}
+
+/// Whether this kernel and sandbox give pidfds (Linux ≥ 5.3, `pidfd_open` not denied by a
+/// seccomp filter): asked once, by opening one for this process. Without them, what dlock
+/// signals is either its own unreaped child (by pid: safe) or checked by pid (`procs::Proc`).
+pub(crate) fn has_pidfds() -> bool {
+    static KNOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *KNOWN.get_or_init(|| PidFd::open(std::process::id() as libc::pid_t).is_some())
 }
 
 /// A process pinned by a pidfd (Linux ≥ 5.3): signals through it reach that process or none,
