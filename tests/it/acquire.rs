@@ -104,6 +104,7 @@ mv "$M.tmp" "$M"
         .args(["--ttl", &format!("{}ms", b.ttl.as_millis())])
         .args(args)
         .process_group(0);
+    b.kernel.apply(&mut c);
     let p = Proc::spawn(&mut c);
     let text = wait_for_file(&mark, b.ttl + Duration::from_secs(15));
     let (first, saw) = text.split_once('\n').unwrap();

@@ -12,6 +12,8 @@ mod generated;
 mod history;
 mod hostile;
 mod interop;
+mod kernel;
+mod kernels;
 mod modes;
 mod mysql;
 mod partition;

@@ -8,6 +8,8 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub(crate) use crate::kernel::Kernel;
+
 /// The binary under test.
 pub(crate) const DLOCK: &str = env!("CARGO_BIN_EXE_dlock");
 
@@ -51,6 +53,8 @@ pub(crate) struct TestBackend {
     pub shared: bool,
     /// Whether it takes `--limit N` (else it must refuse with exit 2).
     pub limit: bool,
+    /// The kernel dlock runs on (an older one simulated by a seccomp filter, `kernel.rs`).
+    pub kernel: Kernel,
 }
 
 impl TestBackend {
@@ -72,6 +76,7 @@ impl TestBackend {
             fencing: true,
             shared: true,
             limit: true,
+            kernel: Kernel::Today,
         }
     }
 
@@ -88,7 +93,13 @@ impl TestBackend {
             fencing: true,
             shared: false,
             limit: false,
+            kernel: Kernel::Today,
         }
+    }
+
+    /// The same backend with dlock on an older kernel (simulated).
+    pub(crate) fn on(self, kernel: Kernel) -> TestBackend {
+        TestBackend { kernel, ..self }
     }
 
     /// Redis at `url`.
@@ -157,6 +168,7 @@ impl TestBackend {
     /// `dlock SUB <backend args>`, with a clean environment.
     pub(crate) fn cmd(&self, sub: &str) -> Command {
         let mut c = dlock();
+        self.kernel.apply(&mut c);
         c.arg(sub).args(&self.args);
         for (k, v) in &self.env {
             c.env(k, v);
@@ -256,8 +268,37 @@ impl TestBackend {
     }
 }
 
+/// Gives every process the tests start the signal dispositions a test means: default. A test
+/// binary started under `nohup` (SIGHUP ignored, as some CI runners and job schedulers start
+/// jobs) would pass that on to every dlock it starts, which would keep it (rightly: what a
+/// program inherits ignored stays so), and a test's SIGHUP would never arrive. (The signal mask
+/// std's `Command` empties in every child.) Tests about inherited dispositions set them on their own command. Called by every
+/// helper that starts a process; once per test binary.
+pub(crate) fn default_signal_dispositions() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        for sig in [
+            libc::SIGHUP,
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGTERM,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGALRM,
+            libc::SIGCHLD,
+            libc::SIGTSTP,
+            libc::SIGTTIN,
+            libc::SIGTTOU,
+        ] {
+            // SAFETY: SIG_DFL is a valid disposition for each of these signals.
+            unsafe { libc::signal(sig, libc::SIG_DFL) };
+        }
+    });
+}
+
 /// `dlock` with every DLOCK_* variable of the test environment removed.
 pub(crate) fn dlock() -> Command {
+    default_signal_dispositions();
     let mut c = Command::new(DLOCK);
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("DLOCK_") {
@@ -269,11 +310,13 @@ pub(crate) fn dlock() -> Command {
 
 /// A sh -c command line.
 pub(crate) fn sh(script: &str) -> Vec<String> {
+    default_signal_dispositions();
     vec!["sh".into(), "-c".into(), script.into()]
 }
 
 /// Runs to completion, capturing output.
 pub(crate) fn output(cmd: &mut Command) -> Output {
+    default_signal_dispositions();
     cmd.stdin(Stdio::null()).output().expect("spawn dlock")
 }
 
@@ -331,6 +374,7 @@ pub(crate) struct Proc {
 impl Proc {
     /// Spawns with stdin piped (write to it, or drop it to send EOF) and output captured.
     pub(crate) fn spawn(cmd: &mut Command) -> Proc {
+        default_signal_dispositions();
         let what = format!("{cmd:?}");
         let child = cmd
             .stdin(Stdio::piped())
