@@ -31,7 +31,7 @@ impl Proc {
     /// between the check and the kill, in which it would have to exit, be reaped by its parent
     /// and have its pid handed out again. `run` never sends SIGKILL this way (its guardian
     /// kills only its own unreaped children, [`Proc::signal_child`]); `acquire`'s holder, which
-    /// is no ancestor of its owner, has no other way (docs/failures.md, "Old kernels").
+    /// is no ancestor of its owner, has no other way (docs/failures.md, "Old kernels and sandboxes").
     pub(crate) fn signal(&self, sigs: &[i32]) -> bool {
         let Some(fd) = crate::sys::PidFd::open(self.pid) else {
             return !crate::sys::has_pidfds() && self.signal_checked(sigs);
