@@ -29,12 +29,19 @@ impl Proc {
     /// Without pidfds (Linux < 5.3, or a sandbox that denies them) the process is checked to be
     /// the one scanned and signalled by pid at once: what is left is the few microseconds
     /// between the check and the kill, in which it would have to exit, be reaped by its parent
-    /// and have its pid handed out again. `run` never sends SIGKILL this way (its guardian
-    /// kills only its own unreaped children, [`Proc::signal_child`]); `acquire`'s holder, which
-    /// is no ancestor of its owner, has no other way (docs/failures.md, "Old kernels and sandboxes").
+    /// and have its pid handed out again. `run`'s SIGKILLs come from parents (the guardian kills
+    /// its own unreaped children; dlock, [`Proc::signal_child`]) and go this way only to what is
+    /// left 200 ms after them (below a process that cannot die); `acquire`'s holder, which is
+    /// no ancestor of its owner, has no other way (docs/failures.md, "Old kernels and sandboxes").
     pub(crate) fn signal(&self, sigs: &[i32]) -> bool {
-        let Some(fd) = crate::sys::PidFd::open(self.pid) else {
-            return !crate::sys::has_pidfds() && self.signal_checked(sigs);
+        if !crate::sys::has_pidfds() {
+            return self.signal_checked(sigs);
+        }
+        let fd = match crate::sys::PidFd::open(self.pid) {
+            Ok(fd) => fd,
+            Err(libc::ESRCH) => return false,
+            // Out of descriptors or memory for a moment: checked by pid rather than not at all.
+            Err(_) => return self.signal_checked(sigs),
         };
         if read_stat(self.pid).map(|(_, st)| st) != Some(self.start) {
             return false;
@@ -62,7 +69,7 @@ impl Proc {
     /// kernel. Says if it was still our child.
     pub(crate) fn signal_child(&self, sigs: &[i32]) -> bool {
         let me = std::process::id() as libc::pid_t;
-        if read_stat(self.pid) != Some((me, self.start)) {
+        if ours(()).is_err() || read_stat(self.pid) != Some((me, self.start)) {
             return false;
         }
         for &sig in sigs {
@@ -73,6 +80,26 @@ impl Proc {
 }
 
 impl Proc {
+    /// Whether this process has certainly exited: gone from /proc, its pid another process's
+    /// now, or a zombie. A /proc that cannot be read for another reason says nothing (false):
+    /// the acquire holder must not stop a live owner because a read failed.
+    pub(crate) fn has_exited(&self) -> bool {
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
+            Err(e) => {
+                e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
+            }
+            Ok(stat) => {
+                let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                    return false;
+                };
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                let start = fields.get(19).and_then(|s| s.parse::<u64>().ok());
+                matches!(fields.first(), Some(&"Z" | &"X"))
+                    || start.is_some_and(|st| st != self.start)
+            }
+        }
+    }
+
     /// Whether this process still runs: it exists, is the one scanned, and has not exited (a
     /// zombie waiting for its parent has).
     pub(crate) fn is_running(&self) -> bool {
@@ -127,7 +154,7 @@ pub(crate) fn descendants(root: libc::pid_t) -> Vec<Proc> {
 
 /// The children of `parent`, from a scan of `/proc` (a subreaper's orphans among them).
 pub(crate) fn children(parent: libc::pid_t) -> Vec<Proc> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
+    let Ok(dir) = std::fs::read_dir("/proc").map_err(drop).and_then(ours) else {
         return Vec::new();
     };
     dir.flatten()
@@ -164,6 +191,19 @@ pub(crate) fn group_is_running(pgid: libc::pid_t) -> bool {
         matches!(fields.as_slice(), [state, _, pgrp]
             if *state != "Z" && *state != "X" && pgrp.parse() == Ok(pgid))
     })
+}
+
+/// `Ok(x)` if the /proc mounted here is our PID namespace's (`/proc/self` names us by our own
+/// pid): another namespace's /proc numbers processes differently, and a pid read there is not
+/// ours to signal.
+fn ours<T>(x: T) -> Result<T, ()> {
+    let me = std::fs::read_link("/proc/self").ok();
+    let me = me.as_ref().and_then(|p| p.to_str()?.parse::<u32>().ok());
+    if me == Some(std::process::id()) {
+        Ok(x)
+    } else {
+        Err(())
+    }
 }
 
 /// (ppid, start time in clock ticks) from /proc/PID/stat.

@@ -7,7 +7,9 @@
 //! is re-parented to the guardian. dlock is a child subreaper as well, so if the guardian dies,
 //! what it leaves comes to dlock, which kills it before releasing. Stopping signals every
 //! descendant of dlock (found in /proc), so a lease loss kills the whole job, not just a shell
-//! whose `sleep` would run on without the lock. The command joins dlock's process group, so it
+//! whose `sleep` would run on without the lock; the SIGKILL also comes from the guardian, which
+//! kills its own children round after round — all of it on a kernel without pidfds
+//! ([`kill_descendants`]). The command joins dlock's process group, so it
 //! keeps the terminal (reads from it, gets Ctrl-C and Ctrl-Z like any foreground job).
 //!
 //! Everything here runs on the main thread.
@@ -272,11 +274,13 @@ fn terminate_descendants(child: &Child) -> usize {
 /// killed process's children become its own), by pid, which is safe for a parent and needs
 /// nothing new from the kernel. Where pidfds exist, dlock also kills every descendant at once
 /// (each pinned); where they do not, only its own children (orphans of a dead guardian), which
-/// it alone reaps.
-fn kill_descendants(child: &Child) {
+/// it alone reaps — and, once `stragglers` is set (the rounds have had [`STRAGGLERS_AFTER`]),
+/// every descendant still there by checked pid (`procs::Proc::signal`): what runs below a
+/// process that cannot die (uninterruptible sleep) never comes to the guardian.
+fn kill_descendants(child: &Child, stragglers: bool) {
     child.guardian.kill_tree();
     let guardian = child.guardian.pid();
-    if crate::sys::has_pidfds() {
+    if crate::sys::has_pidfds() || stragglers {
         signal_descendants(&[libc::SIGKILL], Some(guardian));
     } else {
         let me = std::process::id() as libc::pid_t;
@@ -290,6 +294,10 @@ fn kill_descendants(child: &Child) {
         g.signal_child(&[libc::SIGCONT]);
     }
 }
+
+/// Without pidfds, how long the guardian's kill rounds have before dlock also kills what is left
+/// of the tree by checked pid (see [`kill_descendants`]).
+const STRAGGLERS_AFTER: Duration = Duration::from_millis(200);
 
 /// The supervisor's knowledge of the lease.
 pub struct LeaseClock {
@@ -393,7 +401,7 @@ pub fn supervise(
                 let kill_at = lease.deadline.map_or(s.kill_at, |d| d.min(s.kill_at));
                 if now >= kill_at {
                     // Keep killing: a process forked during the last scan is caught by this one.
-                    kill_descendants(child);
+                    kill_descendants(child, now >= kill_at + STRAGGLERS_AFTER);
                     s.killed = true;
                     wake = Duration::from_millis(50);
                 } else {

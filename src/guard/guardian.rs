@@ -278,9 +278,11 @@ impl Guard {
         if self.dlock_gone {
             return;
         }
-        if self.dlock_fd >= 0 {
-            let _ = raw::pidfd_send_signal(self.dlock_fd, sig);
-        } else if raw::getppid() == self.dlock {
+        // Through the pidfd; else (no pidfds, or a sandbox that denies sending through one) by
+        // pid while dlock is our parent, which it is as long as it lives.
+        if (self.dlock_fd < 0 || raw::pidfd_send_signal(self.dlock_fd, sig).is_err())
+            && raw::getppid() == self.dlock
+        {
             let _ = raw::kill(self.dlock, sig);
         }
     }

@@ -260,7 +260,9 @@ impl Guardian {
     }
 
     /// Best effort: a guardian that is gone (EPIPE) or stopped with a full pipe (EAGAIN) misses
-    /// it; dlock's own deadline and signal handling do not depend on it.
+    /// it. dlock's own deadline and signal handling do not depend on a deadline or a signal
+    /// message; a kill message is repeated every kill round (and dlock sends the guardian
+    /// SIGCONT each time), so one that is missed is sent again.
     fn tell(&self, tag: u8, value: u64) {
         let _ = raw::write(self.to_guard.as_raw_fd(), &encode(tag, value));
     }

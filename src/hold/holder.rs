@@ -302,7 +302,7 @@ fn watch(mut w: Watched, events: Events) -> std::io::Result<()> {
                         Some(fds.len() - 1)
                     }
                     Some(OwnerWatch::Scan(p)) => {
-                        owner_gone = !p.is_running();
+                        owner_gone = p.has_exited();
                         timeout = super::owner::OWNER_CHECK.as_millis() as i32;
                         None
                     }

@@ -43,10 +43,15 @@ impl Owner {
             )));
         }
         let pid = pid as libc::pid_t;
-        let fd = PidFd::open(pid);
-        let (true, Some(proc)) = (fd.is_some() || !sys::has_pidfds(), Proc::of(pid)) else {
-            return Err(Usage(format!("{which} {pid}: no such process")));
+        // Without a pidfd (none on this kernel, or no descriptor to spare) the start time alone
+        // pins it, and the holder looks every OWNER_CHECK whether it exited.
+        let gone = || Usage(format!("{which} {pid}: no such process"));
+        let fd = match sys::has_pidfds().then(|| PidFd::open(pid)) {
+            Some(Ok(fd)) => Some(fd),
+            Some(Err(libc::ESRCH)) => return Err(gone()),
+            Some(Err(_)) | None => None,
         };
+        let proc = Proc::of(pid).ok_or_else(gone)?;
         if parent && sys::parent_pid() != pid {
             return Err(Usage(format!("{which} {pid} exited: {hint}")));
         }

@@ -49,12 +49,24 @@ pub(crate) fn wait_pid(pid: libc::pid_t) -> ExitStatus {
     }
 }
 
-/// Whether this kernel and sandbox give pidfds (Linux ≥ 5.3, `pidfd_open` not denied by a
-/// seccomp filter): asked once, by opening one for this process. Without them, what dlock
-/// signals is either its own unreaped child (by pid: safe) or checked by pid (`procs::Proc`).
+/// Whether this kernel and sandbox give pidfds (Linux ≥ 5.3, neither `pidfd_open` nor
+/// `pidfd_send_signal` denied by a seccomp filter): asked once, by opening one for this process
+/// and sending it signal 0 through it. Without them, what dlock signals is either its own
+/// unreaped child (by pid: safe) or checked by pid (`procs::Proc`). A failure that says nothing
+/// of the kernel (out of descriptors) counts as having them: each signal then falls back by
+/// itself ([`PidFd::open`]'s error).
 pub(crate) fn has_pidfds() -> bool {
+    use super::raw;
     static KNOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *KNOWN.get_or_init(|| PidFd::open(std::process::id() as libc::pid_t).is_some())
+    let missing = |e| matches!(e, libc::ENOSYS | libc::EPERM | libc::EACCES);
+    *KNOWN.get_or_init(|| match raw::pidfd_open(raw::getpid()) {
+        Ok(fd) => {
+            let sent = raw::pidfd_send_signal(fd, 0);
+            raw::close(fd);
+            !sent.is_err_and(missing)
+        }
+        Err(e) => !missing(e),
+    })
 }
 
 /// A process pinned by a pidfd (Linux ≥ 5.3): signals through it reach that process or none,
@@ -62,15 +74,11 @@ pub(crate) fn has_pidfds() -> bool {
 pub(crate) struct PidFd(OwnedFd);
 
 impl PidFd {
-    /// Pins `pid`; `None` if it is gone (or the kernel has no pidfds).
-    pub(crate) fn open(pid: libc::pid_t) -> Option<PidFd> {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
-        if fd < 0 {
-            return None;
-        }
+    /// Pins `pid`; the errno if it cannot: ESRCH if it is gone, ENOSYS without pidfds, EMFILE…
+    pub(crate) fn open(pid: libc::pid_t) -> Result<PidFd, i32> {
+        let fd = super::raw::pidfd_open(pid)?;
         // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        Some(PidFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+        Ok(PidFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
     /// The descriptor: readable once the process has exited.

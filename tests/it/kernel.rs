@@ -29,6 +29,9 @@ pub(crate) enum Kernel {
     /// Linux 3.3, older than dlock supports: also no child subreapers (`prctl`'s
     /// `PR_SET_CHILD_SUBREAPER` is `EINVAL`).
     Linux3_3,
+    /// Today's kernel in a sandbox that lets a process open pidfds but denies signalling
+    /// through one (`pidfd_send_signal` is `EPERM`).
+    PidfdSignalDenied,
 }
 
 /// `struct seccomp_data`: the call's number, then its architecture, then the arguments.
@@ -69,6 +72,7 @@ impl Kernel {
     fn program(self) -> Option<Vec<libc::sock_filter>> {
         let first_unknown = match self {
             Kernel::Today => return None,
+            Kernel::PidfdSignalDenied => u32::MAX,
             Kernel::Linux5_0 => FIRST_AFTER_5_0,
             Kernel::Linux3_10 | Kernel::Linux3_3 => FIRST_AFTER_3_10,
         };
@@ -80,6 +84,12 @@ impl Kernel {
             op(JGE, 0, 1, first_unknown),
             op(RET, 0, 0, errno(libc::ENOSYS)),
         ];
+        if self == Kernel::PidfdSignalDenied {
+            p.extend([
+                op(JEQ, 0, 1, libc::SYS_pidfd_send_signal as u32),
+                op(RET, 0, 0, errno(libc::EPERM)),
+            ]);
+        }
         // Call `nr` with a first argument `arg0`: fails with `e`. (The accumulator holds the
         // call's number when a rule does not match it.)
         let mut refuse = |nr: i64, arg0: u32, e: i32| {
@@ -137,6 +147,7 @@ impl Kernel {
             Kernel::Linux5_0 => "Linux 5.0",
             Kernel::Linux3_10 => "Linux 3.10",
             Kernel::Linux3_3 => "Linux 3.3",
+            Kernel::PidfdSignalDenied => "a sandbox denying pidfd_send_signal",
         }
     }
 }

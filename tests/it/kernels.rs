@@ -84,6 +84,23 @@ mod linux_3_10 {
     backends!(Kernel::Linux3_10);
 }
 
+/// A sandbox that allows `pidfd_open` but not `pidfd_send_signal` counts as one without pidfds.
+mod pidfd_signal_denied {
+    use super::*;
+
+    #[test]
+    fn break_and_sigterm_end_a_command_that_ignores_sigterm() {
+        let b = TestBackend::file().on(Kernel::PidfdSignalDenied);
+        crate::kernels::break_and_sigterm_end_a_command_that_ignores_sigterm(&b);
+    }
+
+    #[test]
+    fn break_ends_an_acquire_owners_child_that_ignores_sigterm() {
+        let b = TestBackend::file().on(Kernel::PidfdSignalDenied);
+        crate::kernels::break_ends_an_acquire_owners_child_that_ignores_sigterm(&b);
+    }
+}
+
 /// The filter is in force: what each level lacks fails as that kernel fails (a test of the
 /// test helper, without which every case above could pass on today's kernel by mistake).
 #[test]
