@@ -9,7 +9,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
@@ -22,10 +22,23 @@ pub(crate) struct Proxy {
     pub(crate) port: u16,
     holed: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
-    /// While set, every connection is closed and new ones are closed at once (a blip).
-    cut: Arc<AtomicBool>,
-    /// The live connections' sockets, to close them for a blip.
-    live: Arc<std::sync::Mutex<Vec<TcpStream>>>,
+    /// The connections a blip closes, and whether one is under way.
+    live: Arc<std::sync::Mutex<Live>>,
+    /// How many blips have begun. A connection forwards nothing once one began after it was
+    /// accepted, so a blip cuts every connection at the same instant: closing them one by one,
+    /// the holder's first, let the server hand the lock to the waiter, and the waiter take it
+    /// and start its command, before its own connection was closed (it then lost the lock, 79).
+    blips: Arc<AtomicUsize>,
+}
+
+/// What [`Proxy::cut`] and the accepting thread share, under one lock: a connection is either
+/// registered before a blip (and closed by it) or accepted after it.
+#[derive(Default)]
+struct Live {
+    /// Set from [`Proxy::cut`] to [`Proxy::restore`]: new connections are closed at once.
+    cut: bool,
+    /// Both sockets of every connection accepted since the last blip.
+    sockets: Vec<TcpStream>,
 }
 
 impl Proxy {
@@ -35,28 +48,34 @@ impl Proxy {
         listener.set_nonblocking(true).unwrap();
         let holed = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
-        let cut = Arc::new(AtomicBool::new(false));
-        let live = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (h, s, c, l) = (holed.clone(), stop.clone(), cut.clone(), live.clone());
+        let live = Arc::new(std::sync::Mutex::new(Live::default()));
+        let blips = Arc::new(AtomicUsize::new(0));
+        let (h, s, l, b) = (holed.clone(), stop.clone(), live.clone(), blips.clone());
         thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 match listener.accept() {
-                    Ok((client, _)) if c.load(Ordering::SeqCst) => drop(client),
+                    Ok((client, _)) if l.lock().unwrap().cut => drop(client),
                     Ok((client, _)) => {
                         client.set_nonblocking(false).unwrap();
                         let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                             continue;
                         };
-                        let mut streams = l.lock().unwrap();
-                        streams.push(client.try_clone().unwrap());
-                        streams.push(server.try_clone().unwrap());
-                        drop(streams);
+                        // Checked again under the lock `cut` takes: a blip that began while
+                        // this connection was being made closes it.
+                        let mut live = l.lock().unwrap();
+                        if live.cut {
+                            continue;
+                        }
+                        live.sockets.push(client.try_clone().unwrap());
+                        live.sockets.push(server.try_clone().unwrap());
+                        let born = b.load(Ordering::SeqCst);
+                        drop(live);
                         for (from, to) in [
                             (client.try_clone().unwrap(), server.try_clone().unwrap()),
                             (server, client),
                         ] {
-                            let (h, s) = (h.clone(), s.clone());
-                            thread::spawn(move || pump(from, to, &h, &s));
+                            let (h, s, b) = (h.clone(), s.clone(), b.clone());
+                            thread::spawn(move || pump(from, to, &h, &s, &b, born));
                         }
                     }
                     Err(_) => thread::sleep(Duration::from_millis(5)),
@@ -67,22 +86,26 @@ impl Proxy {
             port,
             holed,
             stop,
-            cut,
             live,
+            blips,
         }
     }
 
-    /// A blip: every connection is closed, and new ones too, until [`Proxy::restore`].
+    /// A blip: every connection is closed, and new ones too, until [`Proxy::restore`]. From
+    /// the moment it begins nothing more gets through on any connection, however late this
+    /// thread gets to closing each one.
     pub(crate) fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        for s in self.live.lock().unwrap().drain(..) {
+        let mut live = self.live.lock().unwrap();
+        live.cut = true;
+        self.blips.fetch_add(1, Ordering::SeqCst);
+        for s in live.sockets.drain(..) {
             let _ = s.shutdown(Shutdown::Both);
         }
     }
 
     /// The end of a blip.
     pub(crate) fn restore(&self) {
-        self.cut.store(false, Ordering::SeqCst);
+        self.live.lock().unwrap().cut = false;
     }
 
     /// From now on nothing gets through, and no connection is closed.
@@ -105,7 +128,16 @@ impl Drop for Proxy {
     }
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, holed: &AtomicBool, stop: &AtomicBool) {
+/// Forwards `from` to `to` until either closes, or a blip begins after `born` (the count of
+/// blips when the connection was accepted).
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    holed: &AtomicBool,
+    stop: &AtomicBool,
+    blips: &AtomicUsize,
+    born: usize,
+) {
     from.set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
     let mut buf = [0u8; 16384];
@@ -113,6 +145,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, holed: &AtomicBool, stop: &Atomi
         match from.read(&mut buf) {
             Ok(0) if !holed.load(Ordering::SeqCst) => break,
             Ok(0) => thread::sleep(Duration::from_millis(100)), // a black hole closes nothing
+            // Cut: what was read is dropped (it may be the server's answer to another
+            // connection's close, such as a lock granted).
+            Ok(_) if blips.load(Ordering::SeqCst) != born => break,
             Ok(n) if !holed.load(Ordering::SeqCst) => {
                 if to.write_all(&buf[..n]).is_err() {
                     break;
