@@ -697,7 +697,7 @@ impl Lease for PgLease {
                 }
             }
             if !releasing.load(std::sync::atomic::Ordering::SeqCst) {
-                lost(format!("{addr}: the server ended the session"));
+                lost(format!("{addr}: the session's connection ended (the server, or something between, closed it)"));
             }
         });
     }
