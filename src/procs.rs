@@ -117,22 +117,7 @@ impl Proc {
 /// Every descendant of `root` (children, their children, ...), not `root` itself. A process
 /// forked during the scan is caught by the next call.
 pub(crate) fn descendants(root: libc::pid_t) -> Vec<Proc> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut procs = Vec::new(); // (pid, ppid, start time)
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
-        if let Some((ppid, start)) = read_stat(pid) {
-            procs.push((pid, ppid, start));
-        }
-    }
+    let procs = scan();
     let mut tree = vec![Proc {
         pid: root,
         start: 0,
@@ -154,15 +139,22 @@ pub(crate) fn descendants(root: libc::pid_t) -> Vec<Proc> {
 
 /// The children of `parent`, from a scan of `/proc` (a subreaper's orphans among them).
 pub(crate) fn children(parent: libc::pid_t) -> Vec<Proc> {
+    scan()
+        .into_iter()
+        .filter(|&(_, ppid, _)| ppid == parent)
+        .map(|(pid, _, start)| Proc { pid, start })
+        .collect()
+}
+
+/// Every process of `/proc` as (pid, ppid, start time); none if that /proc is not our PID
+/// namespace's (see [`ours`]).
+fn scan() -> Vec<(libc::pid_t, libc::pid_t, u64)> {
     let Ok(dir) = std::fs::read_dir("/proc").map_err(drop).and_then(ours) else {
         return Vec::new();
     };
     dir.flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<libc::pid_t>().ok())
-        .filter_map(|pid| match read_stat(pid) {
-            Some((ppid, start)) if ppid == parent => Some(Proc { pid, start }),
-            _ => None,
-        })
+        .filter_map(|pid| read_stat(pid).map(|(ppid, start)| (pid, ppid, start)))
         .collect()
 }
 
@@ -214,4 +206,49 @@ fn read_stat(pid: libc::pid_t) -> Option<(libc::pid_t, u64)> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_is_found_signalled_and_seen_to_exit() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        let me = std::process::id() as libc::pid_t;
+        let p = Proc::of(pid).unwrap();
+        assert!(children(me).contains(&p));
+        assert!(descendants(me).contains(&p));
+        assert!(!p.has_exited() && p.is_running());
+        assert!(p.signal_child(&[libc::SIGKILL]));
+        // A zombie until reaped: exited, and its pid still ours.
+        wait_until_zombie(pid);
+        assert!(p.has_exited() && !p.is_running());
+        child.wait().unwrap();
+        assert!(p.has_exited());
+        assert!(!p.signal_child(&[0]), "a reaped child is not ours any more");
+        let other = Proc {
+            pid,
+            start: p.start + 1,
+        };
+        assert!(other.has_exited(), "another start time is another process");
+    }
+
+    fn wait_until_zombie(pid: libc::pid_t) {
+        for _ in 0..2000 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            if stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, r)| r.starts_with('Z'))
+            {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("{pid} did not become a zombie");
+    }
 }
