@@ -272,8 +272,8 @@ impl TestBackend {
 /// binary started under `nohup` (SIGHUP ignored, as some CI runners and job schedulers start
 /// jobs) would pass that on to every dlock it starts, which would keep it (rightly: what a
 /// program inherits ignored stays so), and a test's SIGHUP would never arrive. (The signal mask
-/// std's `Command` empties in every child.) Tests about inherited dispositions set them on their own command. Called by every
-/// helper that starts a process; once per test binary.
+/// std's `Command` empties in every child.) Tests about inherited dispositions set them on
+/// their own command. Called by every helper that starts a process; once per test binary.
 pub(crate) fn default_signal_dispositions() {
     static DONE: std::sync::Once = std::sync::Once::new();
     DONE.call_once(|| {
