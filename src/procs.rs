@@ -15,7 +15,10 @@ pub(crate) struct Proc {
 impl Proc {
     /// The process `pid` now, if it exists.
     pub(crate) fn of(pid: libc::pid_t) -> Option<Proc> {
-        read_stat(pid).map(|(_, start)| Proc { pid, start })
+        read_stat(pid).map(|st| Proc {
+            pid,
+            start: st.start,
+        })
     }
 
     /// Sends each of `sigs` to this process if it is still the one scanned; says if it did.
@@ -43,7 +46,7 @@ impl Proc {
             // Out of descriptors or memory for a moment: checked by pid rather than not at all.
             Err(_) => return self.signal_checked(sigs),
         };
-        if read_stat(self.pid).map(|(_, st)| st) != Some(self.start) {
+        if !self.is_scanned() {
             return false;
         }
         for &sig in sigs {
@@ -54,9 +57,16 @@ impl Proc {
 
     /// By pid, right after checking that it is still the one scanned (see [`Proc::signal`]).
     fn signal_checked(&self, sigs: &[i32]) -> bool {
-        if read_stat(self.pid).map(|(_, st)| st) != Some(self.start) {
-            return false;
-        }
+        self.is_scanned() && self.kill(sigs)
+    }
+
+    /// Whether the process under this pid is still the one scanned (same start time).
+    fn is_scanned(&self) -> bool {
+        read_stat(self.pid).is_some_and(|st| st.start == self.start)
+    }
+
+    /// By bare pid: only after a check that makes it safe (or as safe as it gets).
+    fn kill(&self, sigs: &[i32]) -> bool {
         for &sig in sigs {
             let _ = crate::sys::raw::kill(self.pid, sig);
         }
@@ -69,13 +79,9 @@ impl Proc {
     /// kernel. Says if it was still our child.
     pub(crate) fn signal_child(&self, sigs: &[i32]) -> bool {
         let me = std::process::id() as libc::pid_t;
-        if ours(()).is_err() || read_stat(self.pid) != Some((me, self.start)) {
-            return false;
-        }
-        for &sig in sigs {
-            let _ = crate::sys::raw::kill(self.pid, sig);
-        }
-        true
+        ours(()).is_ok()
+            && read_stat(self.pid).is_some_and(|st| st.ppid == me && st.start == self.start)
+            && self.kill(sigs)
     }
 }
 
@@ -88,29 +94,14 @@ impl Proc {
             Err(e) => {
                 e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
             }
-            Ok(stat) => {
-                let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-                    return false;
-                };
-                let fields: Vec<&str> = rest.split_whitespace().collect();
-                let start = fields.get(19).and_then(|s| s.parse::<u64>().ok());
-                matches!(fields.first(), Some(&"Z" | &"X"))
-                    || start.is_some_and(|st| st != self.start)
-            }
+            Ok(text) => parse_stat(&text).is_some_and(|st| st.exited || st.start != self.start),
         }
     }
 
     /// Whether this process still runs: it exists, is the one scanned, and has not exited (a
     /// zombie waiting for its parent has).
     pub(crate) fn is_running(&self) -> bool {
-        std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).is_ok_and(|stat| {
-            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-                return false;
-            };
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            fields.first().is_some_and(|&st| st != "Z" && st != "X")
-                && fields.get(19).and_then(|s| s.parse().ok()) == Some(self.start)
-        })
+        read_stat(self.pid).is_some_and(|st| !st.exited && st.start == self.start)
     }
 }
 
@@ -154,7 +145,7 @@ fn scan() -> Vec<(libc::pid_t, libc::pid_t, u64)> {
     };
     dir.flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<libc::pid_t>().ok())
-        .filter_map(|pid| read_stat(pid).map(|(ppid, start)| (pid, ppid, start)))
+        .filter_map(|pid| read_stat(pid).map(|st| (pid, st.ppid, st.start)))
         .collect()
 }
 
@@ -164,25 +155,9 @@ pub(crate) fn group_is_running(pgid: libc::pid_t) -> bool {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return false;
     };
-    dir.flatten().any(|entry| {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            return false;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
-        };
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            return false;
-        };
-        // state (3), ppid (4), pgrp (5)
-        let fields: Vec<&str> = rest.split_whitespace().take(3).collect();
-        matches!(fields.as_slice(), [state, _, pgrp]
-            if *state != "Z" && *state != "X" && pgrp.parse() == Ok(pgid))
-    })
+    dir.flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .any(|pid| read_stat(pid).is_some_and(|st| !st.exited && st.pgrp == pgid))
 }
 
 /// `Ok(x)` if the /proc mounted here is our PID namespace's (`/proc/self` names us by our own
@@ -198,14 +173,34 @@ fn ours<T>(x: T) -> Result<T, ()> {
     }
 }
 
-/// (ppid, start time in clock ticks) from /proc/PID/stat.
-fn read_stat(pid: libc::pid_t) -> Option<(libc::pid_t, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ppid ... starttime ...": comm may contain spaces and parentheses; the
-    // fields after the last ')' start with state (field 3), so ppid is 1 and starttime (22) is 19.
-    let rest = &stat[stat.rfind(')')? + 1..];
+/// What is read here of a `/proc/PID/stat` line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stat {
+    /// A zombie (`Z`) or dead (`X`): it has exited, whether or not it was reaped.
+    exited: bool,
+    ppid: libc::pid_t,
+    pgrp: libc::pid_t,
+    /// Start time, clock ticks since boot.
+    start: u64,
+}
+
+/// `/proc/PID/stat`, parsed; `None` if it cannot be read (gone) or parsed.
+fn read_stat(pid: libc::pid_t) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// "pid (comm) state ppid pgrp ... starttime ...": comm may contain spaces and parentheses; the
+/// fields after the last ')' start with state (field 3), so ppid is 1, pgrp 2 and starttime
+/// (22) is 19.
+fn parse_stat(text: &str) -> Option<Stat> {
+    let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
+    Some(Stat {
+        exited: matches!(fields.first(), Some(&"Z" | &"X")),
+        ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
 }
 
 #[cfg(test)]
@@ -236,6 +231,24 @@ mod tests {
             start: p.start + 1,
         };
         assert!(other.has_exited(), "another start time is another process");
+    }
+
+    #[test]
+    fn stat_lines_are_read_past_any_command_name() {
+        let line = |comm: &str, state: &str| {
+            format!("42 ({comm}) {state} 7 9 9 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 12345 0 0")
+        };
+        let want = Stat {
+            exited: false,
+            ppid: 7,
+            pgrp: 9,
+            start: 12345,
+        };
+        assert_eq!(parse_stat(&line("sh", "S")), Some(want));
+        assert_eq!(parse_stat(&line("a) Z 1 (b", "R")), Some(want));
+        assert!(parse_stat(&line("sh", "Z")).is_some_and(|st| st.exited));
+        assert_eq!(parse_stat("42 (sh) S 7"), None);
+        assert_eq!(parse_stat("garbage"), None);
     }
 
     fn wait_until_zombie(pid: libc::pid_t) {
