@@ -32,6 +32,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Show the last runs under KEY: where, when, how long, how they ended')
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Forcibly remove the lock KEY, whoever holds it')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure the backend: lock latency, hand-off latency and throughput')
+            [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check the server and what stands between: can a lock there be sound?')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -194,6 +195,19 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'dlock;doctor' {
+            [CompletionResult]::new('-b', '-b', [CompletionResultType]::ParameterName, 'Lock backend [default: from the URL''s scheme, else file]')
+            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'Lock backend [default: from the URL''s scheme, else file]')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock')
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'The lease length the checks judge against (a ZooKeeper session timeout, a restart''s hold-back), as `run --ttl`')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print one JSON object instead of the lines')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'dlock;completions' {
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
@@ -209,6 +223,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Show the last runs under KEY: where, when, how long, how they ended')
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Forcibly remove the lock KEY, whoever holds it')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure the backend: lock latency, hand-off latency and throughput')
+            [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check the server and what stands between: can a lock there be sound?')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -232,6 +247,9 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;help;bench' {
+            break
+        }
+        'dlock;help;doctor' {
             break
         }
         'dlock;help;completions' {

@@ -28,6 +28,9 @@ _dlock() {
             dlock,completions)
                 cmd="dlock__subcmd__completions"
                 ;;
+            dlock,doctor)
+                cmd="dlock__subcmd__doctor"
+                ;;
             dlock,help)
                 cmd="dlock__subcmd__help"
                 ;;
@@ -55,6 +58,9 @@ _dlock() {
             dlock__subcmd__help,completions)
                 cmd="dlock__subcmd__help__subcmd__completions"
                 ;;
+            dlock__subcmd__help,doctor)
+                cmd="dlock__subcmd__help__subcmd__doctor"
+                ;;
             dlock__subcmd__help,help)
                 cmd="dlock__subcmd__help__subcmd__help"
                 ;;
@@ -77,7 +83,7 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-h -V --help --version run acquire release status log break bench completions help"
+            opts="-h -V --help --version run acquire release status log break bench doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -294,8 +300,42 @@ _dlock() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        dlock__subcmd__doctor)
+            opts="-b -u -h -V --backend --url --ttl --json --help --version file redis zookeeper mysql postgres etcd"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --backend)
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                -b)
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -u)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         dlock__subcmd__help)
-            opts="run acquire release status log break bench completions help"
+            opts="run acquire release status log break bench doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -351,6 +391,20 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__help__subcmd__completions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__help__subcmd__doctor)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -29,6 +29,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand log 'Show the last runs under KEY: where, when, how long, how they ended'
             cand break 'Forcibly remove the lock KEY, whoever holds it'
             cand bench 'Measure the backend: lock latency, hand-off latency and throughput'
+            cand doctor 'Check the server and what stands between: can a lock there be sound?'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -183,6 +184,18 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'dlock;doctor'= {
+            cand -b 'Lock backend [default: from the URL''s scheme, else file]'
+            cand --backend 'Lock backend [default: from the URL''s scheme, else file]'
+            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand --ttl 'The lease length the checks judge against (a ZooKeeper session timeout, a restart''s hold-back), as `run --ttl`'
+            cand --json 'Print one JSON object instead of the lines'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'dlock;completions'= {
             cand -h 'Print help'
             cand --help 'Print help'
@@ -197,6 +210,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand log 'Show the last runs under KEY: where, when, how long, how they ended'
             cand break 'Forcibly remove the lock KEY, whoever holds it'
             cand bench 'Measure the backend: lock latency, hand-off latency and throughput'
+            cand doctor 'Check the server and what stands between: can a lock there be sound?'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -213,6 +227,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;help;break'= {
         }
         &'dlock;help;bench'= {
+        }
+        &'dlock;help;doctor'= {
         }
         &'dlock;help;completions'= {
         }

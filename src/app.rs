@@ -83,6 +83,16 @@ fn command_code() -> u8 {
             Ok(cfg) => crate::bench::run(&cfg),
             Err(e) => usage(&e),
         },
+        Command::Doctor(a) => {
+            let mut which = a.backend;
+            if a.which.is_some() {
+                which.backend = a.which;
+            }
+            match crate::config::Target::from_args(&which) {
+                Ok(target) => crate::doctor::run(&target, a.ttl, a.json),
+                Err(e) => usage(&e),
+            }
+        }
         Command::Completions(a) => {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(&crate::generate::completion(a.shell));
@@ -101,7 +111,7 @@ fn clap_error(e: &clap::Error) -> u8 {
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             report::error(format_args!(
-                "missing subcommand: run, acquire, release, status, break, bench or completions (see --help)"
+                "missing subcommand: run, acquire, release, status, log, break, bench, doctor or completions (see --help)"
             ));
             return exit::USAGE;
         }

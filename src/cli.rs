@@ -29,6 +29,10 @@ pub(crate) const EXIT_STATUS: &[(&str, &str)] = &[
         "lock not acquired: busy with --no-wait, --wait ran out, or skipped by --once-per (change with -E)",
     ),
     (
+        "78",
+        "no lock can be sound there (a pooler in transaction mode, a multi-primary cluster): refused before the command ran; `dlock doctor` says why",
+    ),
+    (
         "79",
         "the lock was lost while the command ran; the command was terminated",
     ),
@@ -47,6 +51,10 @@ pub(crate) const ACQUIRE_EXIT_STATUS: &[(&str, &str)] = &[
     (
         "75",
         "lock not acquired: busy with --no-wait, --wait ran out, or skipped by --once-per (change with -E)",
+    ),
+    (
+        "78",
+        "no lock can be sound there (a pooler in transaction mode, a multi-primary cluster); `dlock doctor` says why",
     ),
     ("128+N", "interrupted by signal N while waiting"),
 ];
@@ -291,8 +299,49 @@ to the next holder's acquire), (c) throughput. Prints p50/p90/p99/max and a verd
 of its own (dlock-bench-HOST-PID-...) and removes them afterwards."
     )]
     Bench(BenchArgs),
+    /// Check the server and what stands between: can a lock there be sound?
+    #[command(
+        long_about = "Ask the backend's server, and whatever stands between (a pooler, a proxy, a \
+cluster, a network filesystem), whether a lock there can be sound, and print one line per check: \
+ok, warn (the lock is weakened) or unsafe (no lock can be sound), with what to change; \
+\"could not check\" where the server would not say. Takes no lock.",
+        after_long_help = table("Exit status", DOCTOR_EXIT_STATUS)
+    )]
+    Doctor(DoctorArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
+}
+
+/// `dlock doctor`'s exit statuses.
+pub(crate) const DOCTOR_EXIT_STATUS: &[(&str, &str)] = &[
+    ("0", "every check passed (or could not be made)"),
+    ("1", "something weakens the lock (a warn line says what)"),
+    ("2", "usage error: bad flag or URL"),
+    ("69", "the server could not be asked"),
+    (
+        "78",
+        "no lock can be sound there (an unsafe line says what)",
+    ),
+];
+
+/// `dlock doctor`.
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    /// The backend to check [default: --backend, else from the URL's scheme, else file]
+    #[arg(value_name = "BACKEND", conflicts_with = "backend")]
+    pub which: Option<BackendKind>,
+
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    /// The lease length the checks judge against (a ZooKeeper session timeout, a restart's
+    /// hold-back), as `run --ttl`
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// Print one JSON object instead of the lines
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `dlock bench`.

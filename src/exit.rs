@@ -14,6 +14,9 @@ pub(crate) const USAGE: u8 = 2;
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// Default code for "lock not acquired" (sysexits `EX_TEMPFAIL`); `-E` changes it.
 pub(crate) const DEFAULT_CONFLICT: u8 = 75;
+/// The backend is set up so that no lock there can be sound (sysexits `EX_CONFIG`): a pooler in
+/// transaction mode, a multi-primary cluster. Refused before anything runs.
+pub(crate) const UNSOUND: u8 = 78;
 /// The lock was lost while the child ran and the child was terminated.
 pub(crate) const LOST: u8 = 79;
 /// The command exists but could not be executed.
@@ -87,6 +90,19 @@ impl fmt::Display for Unavailable {
 }
 impl std::error::Error for Unavailable {}
 
+/// What stands between dlock and its server (a pooler, a proxy, a cluster) makes any lock there
+/// unsound: refused with exit 78 before anything runs. The message names what was found and
+/// what to change; `dlock doctor` says the same.
+#[derive(Debug)]
+pub(crate) struct Unsound(pub String);
+
+impl fmt::Display for Unsound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Unsound {}
+
 /// The connection to a server that this process had reached broke, or the server stopped
 /// answering: a run that has not started its command reconnects and queues again (within
 /// `--wait`) instead of failing. Exit 69 like [`Unavailable`] where it ends a run. A server
@@ -114,6 +130,9 @@ pub(crate) fn code_for(err: &anyhow::Error, conflict_code: u8) -> u8 {
         }
         if let Some(Interrupted(sig)) = cause.downcast_ref::<Interrupted>() {
             return signal_code(*sig);
+        }
+        if cause.is::<Unsound>() {
+            return UNSOUND;
         }
         if cause.is::<Unavailable>() || cause.is::<Outage>() {
             return UNAVAILABLE;
@@ -194,6 +213,8 @@ mod tests {
             code_for(&anyhow::anyhow!("connection refused"), 75),
             UNAVAILABLE
         );
+        let unsound = anyhow::Error::new(Unsound("pooled".into())).context("x");
+        assert_eq!(code_for(&unsound, 75), UNSOUND);
     }
 
     #[test]

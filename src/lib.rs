@@ -32,6 +32,7 @@ mod bench;
 mod cli;
 mod clock;
 mod config;
+mod doctor;
 mod events;
 mod exit;
 mod generate;

@@ -10,6 +10,7 @@
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod file;
+pub(crate) mod ground;
 pub(crate) mod hosts;
 #[cfg(test)]
 pub(crate) mod memory;
@@ -285,6 +286,13 @@ pub(crate) trait Backend {
     /// [`MAX_EVENTS`](crate::history::MAX_EVENTS). Empty where the backend keeps none.
     fn runs(&self, key: &Key) -> anyhow::Result<Vec<Stored>> {
         let _ = key;
+        Ok(Vec::new())
+    }
+
+    /// `dlock doctor`'s checks of the server and what stands between ([`ground`]), judged for
+    /// leases of `ttl`. An error means the server could not be asked at all (exit 69).
+    fn doctor(&self, ttl: Duration) -> anyhow::Result<Vec<ground::Finding>> {
+        let _ = ttl;
         Ok(Vec::new())
     }
 
