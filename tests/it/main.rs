@@ -8,6 +8,7 @@ mod etcd;
 mod etcd_hostile;
 mod faults;
 mod file;
+mod galera;
 mod generated;
 mod history;
 mod hostile;

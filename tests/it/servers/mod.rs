@@ -149,12 +149,14 @@ fn aged<T>(server: Option<T>) -> Option<T> {
 }
 
 mod etcd;
+mod galera;
 mod mariadb;
 mod postgres;
 mod redis;
 mod zookeeper;
 
 pub(crate) use self::etcd::*;
+pub(crate) use self::galera::*;
 pub(crate) use self::mariadb::*;
 pub(crate) use self::postgres::*;
 pub(crate) use self::redis::*;
