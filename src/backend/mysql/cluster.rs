@@ -73,23 +73,31 @@ pub(super) fn flavour(version: (u16, u16, u16)) -> Flavour {
     }
 }
 
-/// Two SQL expressions for the lock's first `SELECT`: `wsrep_on` (Galera) and the number of
-/// live members of the Group Replication group this server belongs to (0 when it is in none).
-/// Neither reads a status counter (`SHOW STATUS` costs the server ~0.3 ms).
+/// Three SQL expressions for the lock's first `SELECT`: `wsrep_on` (Galera), the number of
+/// live members of the Group Replication group this server belongs to (0 when it is in none),
+/// and whether `performance_schema` is on (MySQL shows no members without it). None reads a
+/// status counter (`SHOW STATUS` costs the server ~0.3 ms).
+///
+/// A member that left its group (`ERROR`) counts none: it is `super_read_only` (or stopped),
+/// so dlock's table write fails and the run ends with 69, not beside the group.
 pub(super) fn probe(flavour: Flavour) -> &'static str {
     match flavour {
-        Flavour::Mariadb => "@@global.wsrep_on, 0",
+        Flavour::Mariadb => "@@global.wsrep_on, 0, 1",
         Flavour::Mysql => {
             "(SELECT VARIABLE_VALUE FROM performance_schema.global_variables \
               WHERE VARIABLE_NAME = 'wsrep_on'), \
              (SELECT COUNT(*) FROM performance_schema.replication_group_members \
-              WHERE MEMBER_STATE IN ('ONLINE', 'RECOVERING', 'UNREACHABLE'))"
+              WHERE MEMBER_STATE IN ('ONLINE', 'RECOVERING', 'UNREACHABLE')), \
+             @@global.performance_schema"
         }
     }
 }
 
+/// How many columns [`probe`] gives.
+pub(super) const PROBE_COLUMNS: usize = 3;
+
 /// The same columns when the server would not answer the probe: nothing known.
-pub(super) const NO_PROBE: &str = "NULL, NULL";
+pub(super) const NO_PROBE: &str = "NULL, NULL, NULL";
 
 /// Whether a failed probe means "could not check" (and the statement is retried without it):
 /// an unknown variable (a MariaDB built without Galera, a wrong flavour guess), an unknown
@@ -126,8 +134,9 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
-/// `wsrep_on` as either flavour gives it (1, `ON`); `None` when absent (NULL).
-pub(super) fn wsrep_on(v: &Value) -> Option<bool> {
+/// A switch (`wsrep_on`, `performance_schema`) as either flavour gives it (1, `ON`); `None`
+/// when absent (NULL).
+pub(super) fn is_on(v: &Value) -> Option<bool> {
     let t = text(v)?;
     Some(matches!(
         t.trim().to_ascii_uppercase().as_str(),
@@ -148,14 +157,20 @@ pub(super) fn cluster_size(rows: &[(Vec<u8>, Vec<u8>)]) -> Option<u64> {
         .and_then(|(_, value)| std::str::from_utf8(value).ok()?.trim().parse().ok())
 }
 
-/// The probe's two values, judged: a group, or plain; `None` for a Galera node, whose
-/// cluster's size is asked next ([`CLUSTER_SIZE`]).
-pub(super) fn seen(wsrep: &Value, members: &Value) -> Option<Cluster> {
-    if wsrep_on(wsrep) == Some(true) {
+/// The probe's values ([`probe`]), judged: a group, plain, or not known; `None` for a Galera
+/// node, whose cluster's size is asked next ([`CLUSTER_SIZE`]).
+pub(super) fn seen(probe: &[Value]) -> Option<Cluster> {
+    let [wsrep, members, performance_schema] = probe else {
+        return Some(Cluster::Unknown("an unexpected answer".into()));
+    };
+    if is_on(wsrep) == Some(true) {
         return None;
     }
     Some(match count(members) {
         Some(n) if n > 1 => Cluster::Group { members: n },
+        _ if is_on(performance_schema) == Some(false) => Cluster::Unknown(
+            "performance_schema is OFF, so replication_group_members shows no member".into(),
+        ),
         _ => Cluster::Plain,
     })
 }
@@ -237,46 +252,62 @@ mod tests {
 
     #[test]
     fn wsrep_on_reads_as_either_flavour_gives_it() {
-        assert_eq!(wsrep_on(&Value::Int(1)), Some(true));
-        assert_eq!(wsrep_on(&Value::Int(0)), Some(false));
-        assert_eq!(wsrep_on(&Value::Bytes(b"ON".to_vec())), Some(true));
-        assert_eq!(wsrep_on(&Value::Bytes(b"OFF".to_vec())), Some(false));
-        assert_eq!(wsrep_on(&Value::NULL), None);
-        assert_eq!(wsrep_on(&Value::Bytes(vec![0xff; 10_000])), Some(false));
+        assert_eq!(is_on(&Value::Int(1)), Some(true));
+        assert_eq!(is_on(&Value::Int(0)), Some(false));
+        assert_eq!(is_on(&Value::Bytes(b"ON".to_vec())), Some(true));
+        assert_eq!(is_on(&Value::Bytes(b"OFF".to_vec())), Some(false));
+        assert_eq!(is_on(&Value::NULL), None);
+        assert_eq!(is_on(&Value::Bytes(vec![0xff; 10_000])), Some(false));
     }
 
     #[test]
     fn group_replication_counts_live_members_only_when_more_than_one() {
-        // MySQL's COUNT(*) comes as an integer over the text protocol's bytes, or as an int.
-        let plain = Value::Int(0);
-        assert_eq!(seen(&Value::NULL, &plain), Some(Cluster::Plain));
+        let b = |s: &str| Value::Bytes(s.as_bytes().to_vec());
+        let on = b("1");
+        // Over the text protocol every value is bytes; integers are accepted too.
         assert_eq!(
-            seen(&Value::NULL, &Value::Bytes(b"1".to_vec())),
+            seen(&[Value::NULL, b("0"), on.clone()]),
             Some(Cluster::Plain)
         );
         assert_eq!(
-            seen(&Value::Bytes(b"OFF".to_vec()), &Value::Bytes(b"3".to_vec())),
+            seen(&[b("0"), Value::Int(0), on.clone()]),
+            Some(Cluster::Plain)
+        );
+        assert_eq!(
+            seen(&[Value::NULL, b("1"), on.clone()]),
+            Some(Cluster::Plain)
+        );
+        assert_eq!(
+            seen(&[b("OFF"), b("3"), on.clone()]),
             Some(Cluster::Group { members: 3 })
         );
         assert_eq!(
-            seen(&Value::NULL, &Value::UInt(2)),
+            seen(&[Value::NULL, Value::UInt(2), on.clone()]),
             Some(Cluster::Group { members: 2 })
         );
         // Garbage is no group (and no panic).
         assert_eq!(
-            seen(&Value::NULL, &Value::Bytes(b"-5x".to_vec())),
+            seen(&[Value::NULL, b("-5x"), on.clone()]),
             Some(Cluster::Plain)
         );
         assert_eq!(
-            seen(
-                &Value::NULL,
-                &Value::Bytes(b"99999999999999999999999".to_vec())
-            ),
+            seen(&[Value::NULL, b("99999999999999999999999"), on.clone()]),
             Some(Cluster::Plain)
         );
+        // Without performance_schema MySQL shows no member: not known.
+        assert!(matches!(
+            seen(&[Value::NULL, b("0"), b("0")]),
+            Some(Cluster::Unknown(_))
+        ));
+        // Nothing asked (NO_PROBE): plain as far as anyone knows; the caller says why.
+        assert_eq!(
+            seen(&[Value::NULL, Value::NULL, Value::NULL]),
+            Some(Cluster::Plain)
+        );
+        assert!(matches!(seen(&[b("1")]), Some(Cluster::Unknown(_))));
         // wsrep_on: the cluster's size is asked next.
-        assert_eq!(seen(&Value::Int(1), &plain), None);
-        assert_eq!(seen(&Value::Bytes(b"ON".to_vec()), &plain), None);
+        assert_eq!(seen(&[Value::Int(1), b("0"), on.clone()]), None);
+        assert_eq!(seen(&[b("ON"), b("0"), on]), None);
     }
 
     #[test]

@@ -96,12 +96,12 @@ impl MysqlBackend {
             format!("SET SESSION wait_timeout = {secs}; SELECT {take}, @@global.read_only, {probe}")
         })
         .map_err(|e| self.fail(e))?;
-        if row.len() != 4 {
+        if row.len() != 2 + cluster::PROBE_COLUMNS {
             return Err(
                 Unavailable(format!("{}: an unexpected answer to GET_LOCK", self.addr)).into(),
             );
         }
-        let cluster = match (refused, cluster::seen(&row[2], &row[3])) {
+        let cluster = match (refused, cluster::seen(&row[2..])) {
             (Some(why), _) => Cluster::Unknown(why),
             (None, Some(seen)) => seen,
             // Stated: no need to ask the size.
@@ -143,7 +143,7 @@ impl MysqlBackend {
         })
         .map_err(|e| self.fail(e))
         .context("cannot ask the server")?;
-        if row.len() != 7 {
+        if row.len() != 5 + cluster::PROBE_COLUMNS {
             anyhow::bail!("{}: an unexpected answer", self.addr);
         }
         let word = |v: &Value| match v {
@@ -168,7 +168,7 @@ impl MysqlBackend {
                 self.addr
             ),
         )];
-        let cluster = match (refused, cluster::seen(&row[5], &row[6])) {
+        let cluster = match (refused, cluster::seen(&row[5..])) {
             (Some(why), _) => Cluster::Unknown(why),
             (None, Some(seen)) => seen,
             (None, None) => self.galera(&mut con)?,
