@@ -146,7 +146,7 @@ fn doctor_names_the_pool_mode() {
             p.url().trim_start_matches("postgres://postgres@")
         );
         assert!(text.contains(&want), "{want}\n{text}");
-        let out = run_code(&mut b.cmd("doctor").arg("--json"), 78);
+        let out = run_code(b.cmd("doctor").arg("--json"), 78);
         let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(all["exit"], 78);
         let pooling = all["checks"]
