@@ -189,3 +189,35 @@ fn pgpool_sends_the_lock_statements_to_the_primary() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("ok      pooling: pgpool-II"), "{text}");
 }
+
+/// An application's advisory lock left on a server connection (taken through a pooler by
+/// transaction, which keeps it there after the application is gone) is another client's: dlock
+/// landing on that server connection through the Unix socket, where no proxy can be told apart,
+/// does not take it as its own (pg_try_advisory_lock is reentrant), it refuses (78).
+#[test]
+fn an_applications_lock_left_on_a_server_connection_is_not_taken() {
+    let Some(pg) = shared_postgres() else { return };
+    let Some(p) = Pooler::pgbouncer(pg, "transaction", 1) else {
+        return;
+    };
+    let key = unique_key("left");
+    let direct = TestBackend::postgres(&pg.url());
+    let id = crate::postgres::advisory_id(&direct, &key);
+    let out = p
+        .psql()
+        .args(["-c", &format!("SELECT pg_advisory_lock({id})")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    // Held on the server, by the pooler's one server connection.
+    assert!(!direct.is_free(&key));
+    let b = TestBackend::postgres(&p.socket_url());
+    let dir = scratch("left");
+    let ran = dir.join("ran");
+    let out = run_code(
+        &mut b.run(&key, &["-n"], &sh(&format!("touch {}", ran.display()))),
+        78,
+    );
+    assert!(names_pooling(&one_error_line(&out)));
+    assert!(!ran.exists());
+}

@@ -114,6 +114,11 @@ impl Pooler {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// psql through the pooler (TCP), quiet and unaligned; add `-c SQL`.
+    pub(crate) fn psql(&self) -> Command {
+        psql_via(self.port)
+    }
+
     /// The same through the pooler's Unix socket.
     pub(crate) fn socket_url(&self) -> String {
         format!(
