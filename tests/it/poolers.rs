@@ -221,3 +221,17 @@ fn an_applications_lock_left_on_a_server_connection_is_not_taken() {
     assert!(names_pooling(&one_error_line(&out)));
     assert!(!ran.exists());
 }
+
+/// `dlock doctor` on a server that cannot be reached: 69, one line, nothing on stdout; a
+/// backend name it does not know: 2.
+#[test]
+fn doctor_without_a_server_exits_69() {
+    let port = crate::servers::free_port();
+    let b = TestBackend::postgres(&format!("postgres://postgres@127.0.0.1:{port}/postgres"));
+    let out = run_code(&mut b.cmd("doctor"), 69);
+    let line = one_error_line(&out);
+    assert!(line.contains("cannot check the server"), "{line}");
+    assert!(out.stdout.is_empty());
+    let out = run_code(dlock().args(["doctor", "nosuch"]), 2);
+    one_error_line(&out);
+}
