@@ -35,6 +35,7 @@
 //!   worker thread (a current-thread runtime would not answer the server's pings while dlock
 //!   waits for its command). The rest of dlock stays synchronous.
 
+mod ground;
 mod history;
 mod lease;
 mod queue;
@@ -524,6 +525,10 @@ impl Backend for ZkBackend {
     fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
         let history = self.history(key);
         self.admin(async |client| history.end(client, end).await)
+    }
+
+    fn doctor(&self, ttl: Duration) -> anyhow::Result<Vec<crate::backend::ground::Finding>> {
+        self.checks(ttl)
     }
 
     /// Deletes the holders' nodes (a holder sees its node go and stops its command); waiters
