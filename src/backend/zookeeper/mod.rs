@@ -477,7 +477,10 @@ impl Backend for ZkBackend {
             }
         })?;
         let ttl = client.session_timeout();
-        if ttl != req.ttl {
+        if ttl < req.ttl {
+            // A shorter lease than asked: said once (doctor says it too).
+            crate::backend::ground::warn_once(&ground::session_finding(req.ttl, ttl));
+        } else if ttl != req.ttl {
             crate::report::verbose(format_args!(
                 "the server set the session timeout to {ttl:?} (asked {:?}); that is the lease",
                 req.ttl
