@@ -19,6 +19,7 @@ mod modes;
 mod mysql;
 mod partition;
 mod pg_fake;
+mod poolers;
 mod postgres;
 mod recipes;
 mod redis;

@@ -18,7 +18,7 @@ impl PgBackend {
                    floor(extract(epoch FROM now() - pg_postmaster_start_time()))::bigint, \
                    current_setting('idle_session_timeout', true), \
                    current_setting('statement_timeout'), {}",
-                ground::claim(&s.mark, s.via_port, "'direct'")
+                ground::claim(&s.mark, s.reached, "'direct'")
             );
             let rows = self
                 .simple(&s.client, &sql, COMMAND_TIMEOUT, "ask the server")
@@ -85,11 +85,20 @@ impl PgBackend {
         if claim == ground::FOREIGN {
             return unsafe_pooling(ground::foreign(self.addr()).to_string());
         }
-        if claim == "direct" && s.via_port.is_some() {
-            return Finding::ok(
-                CHECK,
-                "a direct connection (the server sees this client's own port)",
-            );
+        match (claim, s.reached) {
+            ("direct", ground::Reached::Tcp(_)) => {
+                return Finding::ok(
+                    CHECK,
+                    "a direct connection (the server sees this client's own port)",
+                );
+            }
+            ("direct", ground::Reached::Postmaster) => {
+                return Finding::ok(
+                    CHECK,
+                    "a direct connection (a Unix socket to the postmaster itself)",
+                );
+            }
+            _ => {}
         }
         let probe = self.probe(s).await;
         if probe == ground::Probe::NoAnswer {
@@ -124,7 +133,7 @@ impl PgBackend {
                 ),
             );
         }
-        if s.via_port.is_none() {
+        if !matches!(s.reached, ground::Reached::Tcp(_)) {
             Finding::ok(
                 CHECK,
                 "a Unix socket; no pooling by transaction seen (a second client did not land on \

@@ -128,8 +128,8 @@ struct Session {
     ended: tokio::sync::watch::Receiver<bool>,
     /// The random mark this session puts on its server session ([`ground`]).
     mark: String,
-    /// This socket's local port (TCP), to compare with the server's view of the client.
-    via_port: Option<u16>,
+    /// How the first lock statement checks the server session ([`ground::Reached`]).
+    reached: ground::Reached,
 }
 
 impl PgBackend {
@@ -182,10 +182,7 @@ impl PgBackend {
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))
             .map_err(Connect::Io)?
             .map_err(Connect::Io)?;
-            let via_port = match &socket {
-                stream::Socket::Tcp(t) => t.local_addr().ok().map(|a| a.port()),
-                stream::Socket::Unix(_) => None,
-            };
+            let reached = socket.reached();
             let host = match &self.config.target {
                 url::Target::Tcp(h) | url::Target::Unix(h) => h.as_str(),
             };
@@ -194,10 +191,10 @@ impl PgBackend {
                 .map_err(Connect::Io)?;
             cfg.connect_raw(stream::Checked::new(link), NoTls)
                 .await
-                .map(|c| (c, via_port))
+                .map(|c| (c, reached))
                 .map_err(Connect::Pg)
         });
-        let ((client, connection), via_port) = match connecting.await {
+        let ((client, connection), reached) = match connecting.await {
             Ok(Ok(c)) => c,
             Ok(Err(Connect::Pg(e))) if e.as_db_error().is_some() => {
                 return Err(Unavailable(format!(
@@ -230,7 +227,7 @@ impl PgBackend {
             client,
             ended,
             mark: ground::new_mark()?,
-            via_port,
+            reached,
         })
     }
 
@@ -332,7 +329,7 @@ impl PgBackend {
         let timeout = ttl_secs(req.ttl);
         let first = format!(
             "SET idle_session_timeout = '{timeout}s'; SELECT pg_is_in_recovery(), {}",
-            ground::claim(&s.mark, s.via_port, try_expr)
+            ground::claim(&s.mark, s.reached, try_expr)
         );
         let rows = match self
             .simple(&s.client, &first, COMMAND_TIMEOUT, "try the lock")
@@ -364,12 +361,13 @@ impl PgBackend {
                 if self.probe(s).await == ground::Probe::Pooled {
                     return Err(ground::pooled(self.addr()));
                 }
-                let again = format!("SELECT {}", ground::on_ours(&s.mark, try_expr));
+                let again = format!("SELECT {}", ground::retry(&s.mark, try_expr));
                 let rows = self
                     .simple(&s.client, &again, COMMAND_TIMEOUT, "try the lock")
                     .await?;
                 match rows.first().and_then(|r| cell(r, 0)) {
                     Some(ground::MOVED) | None => Err(ground::pooled(self.addr())),
+                    Some(ground::FOREIGN) => Err(ground::foreign(self.addr())),
                     Some(got) => Ok(got.to_string()),
                 }
             }

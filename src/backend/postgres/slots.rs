@@ -118,7 +118,7 @@ impl PgBackend {
                     let sql = format!(
                         "SET idle_session_timeout = '{timeout}s'; SET lock_timeout = {lock_timeout}; \
                          SELECT {}; SET lock_timeout = 0",
-                        ground::claim(&w.mark, None, &format!("pg_advisory_lock({id})"))
+                        ground::claim(&w.mark, ground::Reached::Unproven, &format!("pg_advisory_lock({id})"))
                     );
                     match w.client.simple_query(&sql).await {
                         Ok(m) => {

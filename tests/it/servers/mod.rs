@@ -150,12 +150,14 @@ fn aged<T>(server: Option<T>) -> Option<T> {
 
 mod etcd;
 mod mariadb;
+mod poolers;
 mod postgres;
 mod redis;
 mod zookeeper;
 
 pub(crate) use self::etcd::*;
 pub(crate) use self::mariadb::*;
+pub(crate) use self::poolers::*;
 pub(crate) use self::postgres::*;
 pub(crate) use self::redis::*;
 pub(crate) use self::zookeeper::*;
