@@ -9,6 +9,7 @@ mod etcd_hostile;
 mod faults;
 mod file;
 mod generated;
+mod grounds;
 mod history;
 mod hostile;
 mod interop;
