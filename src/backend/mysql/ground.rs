@@ -17,7 +17,7 @@ use super::{COMMAND_TIMEOUT, MysqlBackend, UPTIME, wait_timeout_secs};
 use crate::backend::ground::{Finding, Verdict, warn_once};
 use crate::exit::{Unavailable, Unsound};
 
-/// Runs `sql(probe)`, whose row's last two columns are the cluster probe; when the server will
+/// Runs `sql(probe)`, whose row ends with the cluster probe's columns; when the server will
 /// not answer the probe (see [`cluster::probe_refused`]), runs `sql(NO_PROBE)` instead and says
 /// why. The row's values, as the text protocol gives them.
 fn probed(
@@ -102,15 +102,18 @@ impl MysqlBackend {
             );
         }
         let cluster = match (refused, cluster::seen(&row[2..])) {
-            (Some(why), _) => Cluster::Unknown(why),
-            (None, Some(seen)) => seen,
-            // Stated: no need to ask the size.
-            (None, None) if self.one_node => Cluster::Galera { size: 2 },
-            (None, None) => self.galera(con)?,
+            (Some(why), _) => Some(Cluster::Unknown(why)),
+            (None, Some(seen)) => Some(seen),
+            // A Galera node, stated to be the only one used: its cluster's size changes
+            // nothing, so it is not asked.
+            (None, None) if self.one_node => None,
+            (None, None) => Some(self.galera(con)?),
         };
-        let found = cluster::finding(&cluster, self.one_node);
-        if found.verdict == Verdict::Unsafe {
-            return Err(Unsound(format!("{}: {}", self.addr, found.sentence())).into());
+        if let Some(cluster) = cluster {
+            let found = cluster::finding(&cluster, self.one_node);
+            if found.verdict == Verdict::Unsafe {
+                return Err(Unsound(format!("{}: {}", self.addr, found.sentence())).into());
+            }
         }
         let ro = read_only_finding(read_only(row.get(1)));
         if ro.verdict == Verdict::Warn {
