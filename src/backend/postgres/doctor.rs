@@ -100,7 +100,14 @@ impl PgBackend {
             }
             _ => {}
         }
-        let probe = self.probe(s).await;
+        let probe = if claim == ground::PROXIED {
+            match self.behind_proxy(s).await {
+                Ok(p) => p,
+                Err(e) => return unsafe_pooling(e.to_string()),
+            }
+        } else {
+            self.probe(s).await
+        };
         if probe == ground::Probe::NoAnswer {
             return Finding::unknown(
                 CHECK,

@@ -358,7 +358,7 @@ impl PgBackend {
         match cell(row, 1).unwrap_or_default() {
             ground::FOREIGN => Err(ground::foreign(self.addr())),
             ground::PROXIED => {
-                if self.probe(s).await == ground::Probe::Pooled {
+                if self.behind_proxy(s).await? == ground::Probe::Pooled {
                     return Err(ground::pooled(self.addr()));
                 }
                 let again = format!("SELECT {}", ground::retry(&s.mark, try_expr));
