@@ -18,7 +18,7 @@ impl PgBackend {
                    floor(extract(epoch FROM now() - pg_postmaster_start_time()))::bigint, \
                    current_setting('idle_session_timeout', true), \
                    current_setting('statement_timeout'), {}",
-                ground::claim(&s.mark, s.reached, "'direct'")
+                ground::claim(&s, "'direct'::text")
             );
             let rows = self
                 .simple(&s.client, &sql, COMMAND_TIMEOUT, "ask the server")
@@ -54,7 +54,7 @@ impl PgBackend {
                     ),
                 )
             });
-            found.push(self.between(&s, &text(5)).await);
+            found.push(self.between(&s, cell(row, 5)).await);
             let uptime = text(2).parse::<u64>().unwrap_or(0);
             found.push(hold_back(uptime, ttl));
             let statement_timeout = text(4);
@@ -77,36 +77,30 @@ impl PgBackend {
         })
     }
 
-    /// What stands between, from the first statement's answer (`claim`: "direct", or
-    /// [`ground::PROXIED`], or [`ground::FOREIGN`]) and a probe where it is not direct or
-    /// cannot be told (a Unix socket).
-    async fn between(&self, s: &Session, claim: &str) -> Finding {
+    /// What stands between, from the first statement's answer ([`ground::claim`]: "direct",
+    /// or NULL behind a proxy or on a session holding another client's lock) and a probe where
+    /// it is not direct or cannot be told (a Unix socket to something else).
+    async fn between(&self, s: &Session, claim: Option<&str>) -> Finding {
         const CHECK: &str = "pooling";
-        if claim == ground::FOREIGN {
-            return unsafe_pooling(ground::foreign(self.addr()).to_string());
-        }
-        match (claim, s.reached) {
-            ("direct", ground::Reached::Tcp(_)) => {
+        let probe = match (claim, s.reached) {
+            (Some(_), ground::Reached::Tcp(_)) => {
                 return Finding::ok(
                     CHECK,
                     "a direct connection (the server sees this client's own port)",
                 );
             }
-            ("direct", ground::Reached::Postmaster) => {
+            (Some(_), ground::Reached::Postmaster) => {
                 return Finding::ok(
                     CHECK,
                     "a direct connection (a Unix socket to the postmaster itself)",
                 );
             }
-            _ => {}
-        }
-        let probe = if claim == ground::PROXIED {
-            match self.behind_proxy(s).await {
+            (None, ground::Reached::Tcp(_)) => match self.behind_proxy(s).await {
                 Ok(p) => p,
                 Err(e) => return unsafe_pooling(e.to_string()),
-            }
-        } else {
-            self.probe(s).await
+            },
+            (None, _) => return unsafe_pooling(ground::foreign(self.addr()).to_string()),
+            (Some(_), ground::Reached::Unproven) => self.probe(s).await,
         };
         if probe == ground::Probe::NoAnswer {
             return Finding::unknown(

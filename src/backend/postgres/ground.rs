@@ -9,20 +9,23 @@
 //!   view of the client port (`inet_client_port()`) with this socket's: equal on a direct
 //!   connection (and through a NAT that keeps ports), where the backend is new and holds
 //!   nothing. Over a Unix socket, a listening peer whose command is `postgres` (the postmaster)
-//!   proves the same. Such a statement sets the mark and tries at once.
+//!   proves the same. Such a statement just tries (nothing can send its statements elsewhere,
+//!   so it needs no mark: setting one costs ~0.1 ms on a new session).
 //! - **Otherwise nothing is taken blindly.** Behind a proxy the first statement does nothing
-//!   ([`PROXIED`]); a second one refuses a server session that holds any advisory lock — it can
-//!   only be another client's ([`FOREIGN`], 78) — and sets the mark; a second client then
-//!   probes for pooling ([`PgBackend::probe`]: it lands on the first one's server session, so it
-//!   sees the mark: 78); then the try, only where the mark is ours and no lock is held
-//!   ([`retry`]). Over a Unix socket to something else, the first statement itself refuses a
-//!   session holding any advisory lock (the only case that reads `pg_locks` on every run).
-//! - **The mark.** Each session sets `dlock.session` to a random value on its server session;
+//!   (it answers NULL); a second one refuses a server session that holds any advisory lock — it
+//!   can only be another client's ([`foreign`], 78) — and sets the mark; a second client then
+//!   probes for pooling ([`PgBackend::probe`]: it lands on the first one's server session, so
+//!   it sees the mark: [`pooled`], 78); then the try, only where the mark is ours. Over a Unix
+//!   socket to something else, the first statement itself refuses a session holding any
+//!   advisory lock (the only case that reads `pg_locks` on every run).
+//! - **The mark.** A session that something may stand between sets `dlock.session` to a random
+//!   value on its server session;
 //!   every later lock statement, the lease check and the release act only where the mark is
-//!   still its own ([`on_ours`], [`MOVED`] otherwise): a statement a pooler sent to another
+//!   still its own ([`on_ours`], NULL otherwise): a statement a pooler sent to another
 //!   server connection takes and frees nothing. PostgreSQL keeps the setting as long as the
 //!   locks (a pooler's reset, `DISCARD ALL`, clears both).
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::rows::cell;
@@ -31,13 +34,6 @@ use crate::exit::Unsound;
 
 /// The setting that carries a session's mark.
 const SETTING: &str = "dlock.session";
-
-/// A lock statement's answer when the server session is another client's and holds locks.
-pub(super) const FOREIGN: &str = "dlock:foreign";
-/// The first lock statement's answer when something stands between (nothing was tried).
-pub(super) const PROXIED: &str = "dlock:proxied";
-/// A later statement's answer when it reached a server session without this session's mark.
-pub(super) const MOVED: &str = "dlock:moved";
 
 /// How long the probe's second client may take to connect and answer. A session pooler whose
 /// pool is exhausted makes it wait: that is not transaction pooling, and the mark keeps the
@@ -52,78 +48,84 @@ pub(super) fn new_mark() -> anyhow::Result<String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
-/// Refuses a server session that already holds an advisory lock (no lock statement of this
-/// session ran there yet, so any is another client's).
-fn holds_locks() -> &'static str {
-    "EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory')"
-}
-
 /// How much the first lock statement must check about the server session it lands on.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Reached {
     /// TCP from this local port: the statement compares it with the server's view
-    /// (`inet_client_port()`) and tries nothing when they differ ([`PROXIED`]). A session that
-    /// passes is a backend of its own, new, holding nothing.
+    /// (`inet_client_port()`) and tries nothing when they differ (NULL: behind a proxy). A
+    /// session that passes is a backend of its own, new, holding nothing.
     Tcp(u16),
     /// A Unix socket whose peer is a postmaster: a backend of its own too.
     Postmaster,
     /// A Unix socket to something else (a pooler), or a peer that cannot be seen: the session
     /// may be a server connection other clients used, so one holding any advisory lock is
-    /// refused ([`FOREIGN`]) — the only case that reads `pg_locks` (~0.5 ms on a new session).
+    /// refused (NULL) — the only case that reads `pg_locks` on every run (~0.5 ms).
     Unproven,
 }
 
-/// The first lock statement's expression around `try_expr` (any type; the answer is text).
-/// Over TCP, [`PROXIED`] first when the server sees another client port (nothing else is done:
-/// [`PgBackend::behind_proxy`] takes over); on an unproven session, [`FOREIGN`] when it holds
-/// any advisory lock; then the mark is set and `try_expr` runs. CASE evaluates its branches in
-/// order and lazily. A direct session (a backend of its own, new) gets no `pg_locks` in the
-/// statement at all: planning a subquery on that view costs ~0.3 ms on a new session, even
-/// when it is never run.
-pub(super) fn claim(mark: &str, reached: Reached, try_expr: &str) -> String {
-    let first = match reached {
+/// Refuses a server session that already holds an advisory lock (no lock statement of this
+/// session ran there yet, so any is another client's).
+const HOLDS_LOCKS: &str =
+    "EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory')";
+
+/// The first lock statement's expression around `try_expr`, whose value is never NULL. NULL
+/// instead means, over TCP, that the server sees another client port (nothing was done:
+/// [`PgBackend::behind_proxy`] takes over), and on an unproven session that it holds an
+/// advisory lock (another client's: [`foreign`]); there the mark is set before the try. A
+/// direct session gets `try_expr` alone, or behind a port compare: no `pg_locks` (planning a
+/// subquery on that view costs ~0.3 ms on a new session, even unrun) and no mark (setting a
+/// custom setting the first time costs ~0.1 ms) — nothing can move its statements elsewhere.
+pub(super) fn claim(s: &Session, try_expr: &str) -> String {
+    match s.reached {
         Reached::Tcp(p) => {
-            format!("WHEN inet_client_port() IS DISTINCT FROM {p} THEN '{PROXIED}' ")
+            format!(
+                "CASE WHEN inet_client_port() IS DISTINCT FROM {p} THEN NULL ELSE {try_expr} END"
+            )
         }
-        Reached::Postmaster => String::new(),
-        Reached::Unproven => format!("WHEN {} THEN '{FOREIGN}' ", holds_locks()),
-    };
+        Reached::Postmaster => try_expr.to_string(),
+        Reached::Unproven => claim_anywhere(s, try_expr),
+    }
+}
+
+/// [`claim`]'s form for an unproven session, whatever `s` reached: NULL where the server
+/// session holds any advisory lock, else the mark is set and `try_expr` runs. For the extra
+/// sessions of a semaphore's wait, which must not stop at a proxy.
+pub(super) fn claim_anywhere(s: &Session, try_expr: &str) -> String {
+    s.guarded.store(true, Ordering::SeqCst);
     format!(
-        "CASE {first}WHEN set_config('{SETTING}', '{mark}', false) = '' THEN '' \
-         ELSE ({try_expr})::text END"
+        "CASE WHEN {HOLDS_LOCKS} THEN NULL WHEN {} IS NULL THEN NULL ELSE {try_expr} END",
+        set_mark(s)
     )
 }
 
-/// The try after the probe, behind a proxy that keeps one server connection per client: on
-/// the server session that carries `mark` ([`MOVED`] otherwise) and holds no advisory lock
-/// ([`FOREIGN`] otherwise; nothing of this session's was taken yet).
-pub(super) fn retry(mark: &str, try_expr: &str) -> String {
-    format!(
-        "CASE WHEN current_setting('{SETTING}', true) IS DISTINCT FROM '{mark}' THEN '{MOVED}' \
-         WHEN {} THEN '{FOREIGN}' ELSE ({try_expr})::text END",
-        holds_locks()
-    )
+/// Sets the session's mark (an expression; its value is the mark, never NULL).
+fn set_mark(s: &Session) -> String {
+    format!("set_config('{SETTING}', '{}', false)", s.mark)
 }
 
-/// A later statement's expression: `expr` (as text) where the server session carries `mark`,
-/// else [`MOVED`].
-pub(super) fn on_ours(mark: &str, expr: &str) -> String {
-    format!(
-        "CASE WHEN current_setting('{SETTING}', true) = '{mark}' THEN ({expr})::text \
-         ELSE '{MOVED}' END"
-    )
+/// A later statement's expression: `expr` (never NULL) where the server session carries the
+/// session's mark, NULL where it does not (a pooler sent the statement to another server
+/// connection); `expr` alone on a direct session.
+pub(super) fn on_ours(s: &Session, expr: &str) -> String {
+    match is_ours(s) {
+        Some(ours) => format!("CASE WHEN {ours} THEN {expr} END"),
+        None => expr.to_string(),
+    }
 }
 
-/// The condition (for a WHERE) that the server session carries `mark`.
-pub(super) fn is_ours(mark: &str) -> String {
-    format!("current_setting('{SETTING}', true) = '{mark}'")
+/// The condition that the server session carries the session's mark; `None` on a direct
+/// session (no mark: nothing stands between).
+pub(super) fn is_ours(s: &Session) -> Option<String> {
+    s.guarded
+        .load(Ordering::SeqCst)
+        .then(|| format!("current_setting('{SETTING}', true) = '{}'", s.mark))
 }
 
 /// What to tell a user whose pooler hands server connections from client to client.
 const POOLING_FIX: &str = "session advisory locks need a server connection of their own: use \
     pool_mode=session, or connect to PostgreSQL directly";
 
-/// The refusal for [`FOREIGN`]: the server session holds another client's locks.
+/// The refusal when the server session holds another client's locks.
 pub(super) fn foreign(addr: &str) -> anyhow::Error {
     Unsound(format!(
         "{addr}: the server connection dlock got holds another client's locks: a pooler \
@@ -165,15 +167,20 @@ pub(super) enum Probe {
 }
 
 impl PgBackend {
-    /// Behind a proxy (the first statement answered [`PROXIED`], having done nothing): marks
-    /// `s`'s server session — refused ([`FOREIGN`]) if it holds any advisory lock, which can
-    /// only be another client's — and probes for pooling.
+    /// Behind a proxy (the first statement answered NULL, having done nothing): marks `s`'s
+    /// server session — refused ([`foreign`]) if it holds any advisory lock, which can only be
+    /// another client's — and probes for pooling. From here on `s` is guarded: every lock
+    /// statement acts only where its mark is ([`on_ours`]).
     pub(super) async fn behind_proxy(&self, s: &Session) -> anyhow::Result<Probe> {
-        let sql = format!("SELECT {}", claim(&s.mark, Reached::Unproven, "'marked'"));
+        let sql = format!(
+            "SELECT CASE WHEN {HOLDS_LOCKS} THEN NULL ELSE {} END",
+            set_mark(s)
+        );
+        s.guarded.store(true, Ordering::SeqCst);
         let rows = self
             .simple(&s.client, &sql, super::COMMAND_TIMEOUT, "mark the session")
             .await?;
-        if rows.first().and_then(|r| cell(r, 0)) == Some(FOREIGN) {
+        if rows.first().and_then(|r| cell(r, 0)).is_none() {
             return Err(foreign(self.addr()));
         }
         Ok(self.probe(s).await)
@@ -211,20 +218,5 @@ mod tests {
         assert_eq!(a.len(), 16);
         assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
-    }
-
-    #[test]
-    fn the_proxy_check_is_there_only_with_a_port() {
-        let tcp = claim("ab", Reached::Tcp(5), "true");
-        assert!(tcp.contains("inet_client_port() IS DISTINCT FROM 5"));
-        assert!(!claim("ab", Reached::Postmaster, "true").contains("inet_client_port"));
-    }
-
-    #[test]
-    fn only_an_unproven_session_reads_pg_locks() {
-        let unproven = claim("ab", Reached::Unproven, "true");
-        assert!(unproven.starts_with(&format!("CASE WHEN {} THEN", holds_locks())));
-        assert!(!claim("ab", Reached::Tcp(5), "true").contains("pg_locks"));
-        assert!(!claim("ab", Reached::Postmaster, "true").contains("pg_locks"));
     }
 }

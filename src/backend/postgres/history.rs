@@ -209,12 +209,16 @@ impl PgLease {
         };
         self.releasing
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        // Unlocks only the server session that carries this session's mark ([`ground`]).
+        // Unlocks only the server session that carries this session's mark, where it has one
+        // ([`ground`]).
+        let (and_ours, where_ours) = match ground::is_ours(s) {
+            Some(ours) => (format!(" AND {ours}"), format!(" WHERE {ours}")),
+            None => (String::new(), String::new()),
+        };
         let sql = format!(
             "WITH e AS ({INSERT_END}), \
-             h AS (DELETE FROM dlock_holders WHERE pid = pg_backend_pid() AND {ours}) \
-             SELECT pg_advisory_unlock_all() WHERE {ours}",
-            ours = ground::is_ours(&s.mark)
+             h AS (DELETE FROM dlock_holders WHERE pid = pg_backend_pid(){and_ours}) \
+             SELECT pg_advisory_unlock_all(){where_ours}"
         );
         let body = String::from_utf8_lossy(end);
         let params: [Param<'_>; 2] = [(&key.as_str(), Type::TEXT), (&body, Type::TEXT)];

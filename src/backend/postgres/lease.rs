@@ -18,8 +18,8 @@ pub(super) struct PgLease {
     pub(super) history: Option<Key>,
     pub(super) rt: Arc<Runtime>,
     pub(super) addr: String,
-    /// Counts the lock among this session's granted locks (1 while held), where the session's
-    /// mark is still on the server session ([`ground::MOVED`] otherwise).
+    /// Counts the lock among this session's granted locks (1 while held); NULL where a guarded
+    /// session's statement reached another server session ([`ground::on_ours`]).
     pub(super) check: String,
     pub(super) ttl: Duration,
     /// The fencing token, when the acquiring request was sent, any hold-back.
@@ -49,7 +49,7 @@ impl Lease for PgLease {
             Ok(Ok(messages)) => {
                 match rows::simple_rows(messages).first().and_then(|r| cell(r, 0)) {
                     Some("1") => Ok(()),
-                    Some(ground::MOVED) => Err(RenewError::Lost(ground::moved_loss(&self.addr))),
+                    None => Err(RenewError::Lost(ground::moved_loss(&self.addr))),
                     _ => Err(RenewError::Lost(format!(
                         "{}: the session no longer holds the lock",
                         self.addr
@@ -88,11 +88,15 @@ impl Lease for PgLease {
         // Unlock explicitly, so that the next holder can start before this session's backend
         // has exited; closing the connection would release it too. Only on the server session
         // that carries this session's mark: elsewhere the locks are another client's.
-        let release = format!(
-            "SELECT pg_advisory_unlock_all() WHERE {ours}; \
-             DELETE FROM dlock_holders WHERE pid = pg_backend_pid() AND {ours}",
-            ours = ground::is_ours(&s.mark)
-        );
+        let release = match ground::is_ours(&s) {
+            Some(ours) => format!(
+                "SELECT pg_advisory_unlock_all() WHERE {ours}; \
+                 DELETE FROM dlock_holders WHERE pid = pg_backend_pid() AND {ours}"
+            ),
+            None => "SELECT pg_advisory_unlock_all(); \
+                     DELETE FROM dlock_holders WHERE pid = pg_backend_pid()"
+                .to_string(),
+        };
         let r = self.rt.block_on(async {
             tokio::time::timeout(COMMAND_TIMEOUT, s.client.simple_query(&release)).await
         });

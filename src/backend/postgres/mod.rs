@@ -130,6 +130,9 @@ struct Session {
     mark: String,
     /// How the first lock statement checks the server session ([`ground::Reached`]).
     reached: ground::Reached,
+    /// Whether something may stand between (a proxy, an unproven socket): the session's lock
+    /// statements then act only where its mark is ([`ground::on_ours`]).
+    guarded: std::sync::atomic::AtomicBool,
 }
 
 impl PgBackend {
@@ -228,6 +231,7 @@ impl PgBackend {
             ended,
             mark: ground::new_mark()?,
             reached,
+            guarded: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -261,7 +265,7 @@ impl PgBackend {
                    AND pid <> pg_backend_pid() LIMIT {most}) o), {ours} FROM f",
             holder = rows::capped("o.holder"),
             most = 2 * slots::MAX_LIMIT,
-            ours = ground::is_ours(&s.mark),
+            ours = ground::is_ours(s).unwrap_or_else(|| "true".into()),
         );
         let client = &s.client;
         let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
@@ -329,7 +333,7 @@ impl PgBackend {
         let timeout = ttl_secs(req.ttl);
         let first = format!(
             "SET idle_session_timeout = '{timeout}s'; SELECT pg_is_in_recovery(), {}",
-            ground::claim(&s.mark, s.reached, try_expr)
+            ground::claim(s, try_expr)
         );
         let rows = match self
             .simple(&s.client, &first, COMMAND_TIMEOUT, "try the lock")
@@ -355,23 +359,22 @@ impl PgBackend {
             ))
             .into());
         }
-        match cell(row, 1).unwrap_or_default() {
-            ground::FOREIGN => Err(ground::foreign(self.addr())),
-            ground::PROXIED => {
+        match (cell(row, 1), s.reached) {
+            (Some(got), _) => Ok(got.to_string()),
+            (None, ground::Reached::Tcp(_)) => {
                 if self.behind_proxy(s).await? == ground::Probe::Pooled {
                     return Err(ground::pooled(self.addr()));
                 }
-                let again = format!("SELECT {}", ground::retry(&s.mark, try_expr));
+                let again = format!("SELECT {}", ground::on_ours(s, try_expr));
                 let rows = self
                     .simple(&s.client, &again, COMMAND_TIMEOUT, "try the lock")
                     .await?;
                 match rows.first().and_then(|r| cell(r, 0)) {
-                    Some(ground::MOVED) | None => Err(ground::pooled(self.addr())),
-                    Some(ground::FOREIGN) => Err(ground::foreign(self.addr())),
                     Some(got) => Ok(got.to_string()),
+                    None => Err(ground::pooled(self.addr())),
                 }
             }
-            got => Ok(got.to_string()),
+            (None, _) => Err(ground::foreign(self.addr())),
         }
     }
 
@@ -387,8 +390,8 @@ impl PgBackend {
             .first_try(s, req, &format!("pg_try_advisory_lock{shared}({id})"))
             .await?;
         match got.as_str() {
-            "true" => return Ok(()),
-            "false" => {}
+            "t" => return Ok(()),
+            "f" => {}
             _ => {
                 return Err(Unavailable(format!(
                     "{}: the server's answer to the lock request is not a boolean",
@@ -408,13 +411,14 @@ impl PgBackend {
         let lock_timeout = req.deadline.remaining().map_or(0, |d| d.as_millis().max(1));
         let wait = format!(
             "SET lock_timeout = {lock_timeout}; SELECT {}; SET lock_timeout = 0",
-            ground::on_ours(&s.mark, &format!("pg_advisory_lock{shared}({id})"))
+            ground::on_ours(s, &format!("pg_advisory_lock{shared}({id})"))
         );
         let cancel = s.client.cancel_token();
         tokio::select! {
             r = s.client.simple_query(&wait) => match r {
-                Ok(m) => match rows::simple_rows(m).first().and_then(|r| cell(r, 0)) {
-                    Some(ground::MOVED) => Err(ground::pooled(self.addr())),
+                // A void's text is empty; NULL: the statement reached another server session.
+                Ok(m) => match rows::simple_rows(m).first().map(|r| cell(r, 0)) {
+                    Some(None) => Err(ground::pooled(self.addr())),
                     _ => Ok(()),
                 },
                 Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
@@ -517,18 +521,15 @@ impl Backend for PgBackend {
         drop(guard);
         // On any error the session is dropped here, which releases whatever it holds.
         let (session, held, sent, fence, uptime) = result?;
+        let count = format!(
+            "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND granted AND {}",
+            advisory_on("", &[held])
+        );
         Ok(Box::new(PgLease {
-            check: format!(
-                "SELECT {}",
-                ground::on_ours(
-                    &session.mark,
-                    &format!(
-                        "(SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() \
-                         AND granted AND {})",
-                        advisory_on("", &[held])
-                    )
-                )
-            ),
+            check: match ground::is_ours(&session) {
+                Some(ours) => format!("SELECT CASE WHEN {ours} THEN ({count}) END"),
+                None => count,
+            },
             session: Some(session),
             history: (req.mode == Mode::Exclusive).then(|| req.key.clone()),
             rt,

@@ -70,8 +70,8 @@ impl PgBackend {
         // Only on the server session that carries the mark (super::ground).
         let queue = format!(
             "SET lock_timeout = {lock_timeout}; SELECT {}; SET lock_timeout = 0; SELECT {}",
-            ground::on_ours(&s.mark, &format!("pg_advisory_lock({gate})")),
-            ground::on_ours(&s.mark, &try_any(req.key, n))
+            ground::on_ours(&s, &format!("pg_advisory_lock({gate})")),
+            ground::on_ours(&s, &try_any(req.key, n))
         );
         let cancel = s.client.cancel_token();
         let rows = tokio::select! {
@@ -91,7 +91,8 @@ impl PgBackend {
                 return Err(interrupted(req));
             }
         };
-        if rows.iter().any(|r| cell(r, 0) == Some(ground::MOVED)) {
+        // NULL: a statement reached another server session (a void's text is empty).
+        if rows.iter().any(|r| cell(r, 0).is_none()) {
             return Err(ground::pooled(self.addr()));
         }
         let got = rows.last().and_then(|r| cell(r, 0)).unwrap_or_default();
@@ -118,12 +119,12 @@ impl PgBackend {
                     let sql = format!(
                         "SET idle_session_timeout = '{timeout}s'; SET lock_timeout = {lock_timeout}; \
                          SELECT {}; SET lock_timeout = 0",
-                        ground::claim(&w.mark, ground::Reached::Unproven, &format!("pg_advisory_lock({id})"))
+                        ground::claim_anywhere(&w, &format!("pg_advisory_lock({id})"))
                     );
                     match w.client.simple_query(&sql).await {
                         Ok(m) => {
                             let rows = super::rows::simple_rows(m);
-                            if rows.iter().any(|r| cell(r, 0) == Some(ground::FOREIGN)) {
+                            if rows.iter().any(|r| cell(r, 0).is_none()) {
                                 Err(ground::foreign(self.addr()))
                             } else {
                                 Ok((i, w))
