@@ -152,10 +152,12 @@ mod etcd;
 mod mariadb;
 mod postgres;
 mod redis;
+mod twemproxy;
 mod zookeeper;
 
 pub(crate) use self::etcd::*;
 pub(crate) use self::mariadb::*;
 pub(crate) use self::postgres::*;
 pub(crate) use self::redis::*;
+pub(crate) use self::twemproxy::*;
 pub(crate) use self::zookeeper::*;
