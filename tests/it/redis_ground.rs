@@ -255,3 +255,32 @@ fn redlock_masters_are_each_judged() {
     let text = stdout(&out);
     assert!(line(&text, "redlock").starts_with("unsafe"), "{text}");
 }
+
+/// `doctor` on a Cluster checks each primary (through the URL of any node); through Sentinel,
+/// the primary the sentinels name, with its replica.
+#[test]
+fn doctor_checks_every_cluster_primary_and_the_sentinels_primary() {
+    use crate::servers::{shared_redis_cluster, shared_redis_sentinel};
+    let Some(cluster) = shared_redis_cluster() else {
+        return;
+    };
+    let out = run_ok(&mut doctor(&[&cluster.url(1)]));
+    let text = stdout(&out);
+    for n in &cluster.nodes {
+        let at = format!("ok      role: 127.0.0.1:{}: primary", n.port);
+        assert!(text.lines().any(|l| l.starts_with(&at)), "{text}");
+    }
+    let Some(sentinel) = shared_redis_sentinel() else {
+        return;
+    };
+    let out = run_ok(&mut doctor(&[&sentinel.url()]));
+    let text = stdout(&out);
+    let role = line(&text, "role");
+    assert!(
+        role.contains(&format!(
+            "127.0.0.1:{}: primary (replicas connected: 1)",
+            sentinel.primary_port()
+        )),
+        "{text}"
+    );
+}

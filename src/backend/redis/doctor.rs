@@ -416,9 +416,9 @@ fn persistence(
     Ok(Finding::ok(
         "persistence",
         format!(
-            "{addr}: {kept}: a restart forgets the locks not yet on disk, and dlock holds back \
-             a lock granted within {span} s of a restart (--ttl {} s, rounded up, + 1 s) until \
-             any holder from before is gone{now}",
+            "{addr}: {kept}: a restart forgets the locks not on disk; dlock holds a lock granted \
+             within {span} s of a restart (--ttl {} s rounded up, + 1 s) back until holders \
+             from before are gone{now}",
             ttl_secs_up(ttl)
         ),
     ))

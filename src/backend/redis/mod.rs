@@ -301,6 +301,14 @@ impl Backend for RedisBackend {
         // A cluster's locks are spread over its primaries: scan each (a server that is not a
         // cluster refuses CLUSTER NODES).
         let nodes: redis::RedisResult<String> = redis::cmd("CLUSTER").arg("NODES").query(&mut con);
+        // A proxy closes the connection on CLUSTER: said as such.
+        if let Some(refused) = nodes
+            .as_ref()
+            .err()
+            .and_then(|e| ground::refusal(&self.node, e))
+        {
+            return Err(refused);
+        }
         let Ok(nodes) = nodes else {
             return scan_keys(&mut con).map_err(|e| self.node.error(self.node.addr.clone(), e));
         };

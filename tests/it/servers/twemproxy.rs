@@ -101,8 +101,7 @@ fn ping_through(port: u16) -> bool {
     };
     s.set_read_timeout(Some(Duration::from_secs(1))).ok();
     // Multibulk: twemproxy does not parse inline commands.
-    if s
-        .write_all(b"*2\r\n$3\r\nGET\r\n$16\r\ndlock-test-ready\r\n")
+    if s.write_all(b"*2\r\n$3\r\nGET\r\n$16\r\ndlock-test-ready\r\n")
         .is_err()
     {
         return false;
