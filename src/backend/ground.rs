@@ -102,6 +102,22 @@ impl Finding {
     }
 }
 
+/// The restart hold-back for a server up `uptime_s` seconds, judged for leases of `ttl`: what a
+/// lock granted now would do (informational: the hold-back is what keeps a restart sound).
+pub(crate) fn hold_back(uptime_s: u64, ttl: std::time::Duration) -> Finding {
+    let span = super::hold_back_span(ttl).as_secs();
+    let found = if uptime_s < span {
+        format!(
+            "the server started {uptime_s} s ago: a lock granted now is held back {} s (it may \
+             have forgotten a holder whose command still runs)",
+            span - uptime_s
+        )
+    } else {
+        format!("the server has been up {uptime_s} s, longer than a lease: no hold-back")
+    };
+    Finding::ok("restart", found)
+}
+
 /// Prints `finding` as a run's warning, at most once per process for each check (a run that
 /// reconnects while waiting asks again and would say it again).
 pub(crate) fn warn_once(finding: &Finding) {

@@ -1,4 +1,4 @@
-//! File locks (`flock`, OFD byte locks), inotify and `poll`.
+//! File locks (`flock`, OFD byte locks), filesystem types (`statfs`), inotify and `poll`.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -16,6 +16,21 @@ pub(crate) fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// The type of the filesystem that holds `path` (`statfs`'s `f_type`, a magic number such as
+/// `0x6969` for NFS; see statfs(2)).
+pub(crate) fn fs_type(path: &Path) -> io::Result<u32> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: all-zero bytes are a valid `struct statfs` (integers and an array of them).
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a pointer to a `struct statfs`, both outliving the call.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // `f_type` is a signed word whose width varies by architecture; the magic numbers are 32
+    // bits (CIFS's 0xFF534D42 is negative in a 32-bit word): keep the low 32 bits.
+    Ok(st.f_type as u32)
 }
 
 /// An open-file-description byte lock on byte 0 of `file`: `cmd` is `F_OFD_SETLK` (try) or

@@ -3,7 +3,7 @@
 //! `undocumented_unsafe_blocks` is denied crate-wide, so every block here carries its argument).
 //!
 //! What std does (opening with `O_NOFOLLOW`, seeking a `&File`, pipes, pids) is done with std
-//! where it is used; this module holds only what std cannot do: `flock` and OFD locks, inotify,
+//! where it is used; this module holds only what std cannot do: `flock` and OFD locks, `statfs`, inotify,
 //! `poll`, signal masks and synchronous signal waits, thread-directed signals, `prctl`, `waitid`,
 //! pidfds, `CLOCK_BOOTTIME`, and starting the command (`spawn`).
 
@@ -18,7 +18,7 @@ pub(crate) use detach::{
     Forked, fork, own_process_group, parent_pid, peer_credentials, process_group_of,
     set_parent_death_signal, setsid, signal_group, to_dev_null,
 };
-pub(crate) use fs::{Inotify, flock, ofd_lock, poll_readable, poll_ready};
+pub(crate) use fs::{Inotify, flock, fs_type, ofd_lock, poll_readable, poll_ready};
 pub(crate) use process::{PidFd, become_subreaper, has_pidfds, wait_pid, waitid_exited_nowait};
 pub(crate) use signal::{
     SigSet, Thread, ThreadTimer, block_signals, deadline_signal, install_exiting_handlers,

@@ -407,3 +407,23 @@ fn shared_holders_gone_or_writer_interrupted_leave_nothing_behind() {
     ));
     assert_eq!(rows.trim(), "1", "shared holders' records");
 }
+
+/// A read-only server (a replica): a run by a user that bypasses `read_only` goes on and warns
+/// once; `dlock doctor` says `warn read_only` and exits 1.
+#[test]
+fn a_read_only_server_warns_once_and_doctor_says_so() {
+    let Some(m) = Mariadb::start() else { return };
+    m.sql("SET GLOBAL read_only = ON");
+    let b = TestBackend::mysql(&m.url());
+    let out = run_ok(&mut b.run(&unique_key("read-only"), &[], &["true"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.matches("warning: read_only: ON").count(),
+        1,
+        "{}",
+        describe(&out)
+    );
+    let out = run_code(dlock().args(["doctor", "mysql", "-u", &m.url()]), 1);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("warn    read_only: ON"), "{}", describe(&out));
+}

@@ -124,10 +124,11 @@ fn serve(mut c: TcpStream, reply: Reply) -> std::io::Result<()> {
                         c.write_all(&many)?;
                     }
                 }
+                // Not in recovery; the try says busy.
                 Reply::NeverGrant => out.extend(row(&[b"f", b"f"])),
             }
             out.extend(done("SELECT 1"));
-        } else if sql.contains("SELECT pg_advisory_lock") {
+        } else if sql.contains("pg_advisory_lock(") {
             // The wait: no answer.
             continue;
         } else {

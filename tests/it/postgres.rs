@@ -204,7 +204,7 @@ fn history_without_the_privilege_to_create_its_table_is_a_warning() {
 }
 
 /// The advisory key dlock takes for a key, as `dlock status --json` shows it.
-fn advisory_id(b: &TestBackend, key: &str) -> i64 {
+pub(crate) fn advisory_id(b: &TestBackend, key: &str) -> i64 {
     let s = b.status(key);
     s["server_name"]
         .as_str()

@@ -13,6 +13,7 @@
 //!
 //! This module does not know about children or renewal schedules; see `keeper` and `supervise`.
 
+mod ground;
 mod history;
 mod paths;
 mod proc_locks;
@@ -37,8 +38,9 @@ use self::slots::take_slot;
 use self::wait::{Blocked, LockOp, blocking_lock, try_flock, try_gate, unlock_gate};
 use super::{Backend, Lease, RenewError, Request};
 use crate::backend::Grant;
+use crate::backend::ground::{Finding, Verdict, warn_once as ground_warn_once};
 use crate::clock::BootInstant;
-use crate::exit::{Interrupted, Usage};
+use crate::exit::{Interrupted, Unsound, Usage};
 use crate::model::{BackendKind, Key};
 use crate::model::{Deadline, Holder, Mode, Record, Status};
 
@@ -53,6 +55,8 @@ pub(crate) struct FileBackend {
     dir: PathBuf,
     /// Other users may write to the directory: lock files are created for them too.
     shared: bool,
+    /// What the directory's filesystem does to flock, once judged ([`ground::for_run`]).
+    ground: std::cell::OnceCell<Option<Finding>>,
 }
 
 impl FileBackend {
@@ -77,7 +81,11 @@ impl FileBackend {
             _ => return Err(Usage("the file backend takes one --url".into()).into()),
         };
         let shared = is_shared_dir(&dir);
-        Ok(FileBackend { dir, shared })
+        Ok(FileBackend {
+            dir,
+            shared,
+            ground: std::cell::OnceCell::new(),
+        })
     }
 
     fn path(&self, key: &Key) -> PathBuf {
@@ -247,6 +255,15 @@ impl Backend for FileBackend {
     }
 
     fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
+        // One statfs per process; a filesystem whose flock is local or lost silently warns
+        // once, one where it does not even exclude here refuses (78).
+        if let Some(f) = self.ground.get_or_init(|| ground::for_run(&self.dir)) {
+            match f.verdict {
+                Verdict::Unsafe => return Err(Unsound(f.sentence()).into()),
+                Verdict::Warn => ground_warn_once(f),
+                _ => {}
+            }
+        }
         match req.mode {
             Mode::Exclusive => self.acquire_exclusive(req),
             Mode::Shared | Mode::Limit(_) => loop {
@@ -330,6 +347,14 @@ impl Backend for FileBackend {
 
     fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
         history::end(&self.path(key), end, self.shared)
+    }
+
+    /// The directory (its owner and mode, which decide whether lock files are shared), its
+    /// filesystem and what flock is there ([`ground`]).
+    fn doctor(&self, _ttl: Duration) -> anyhow::Result<Vec<Finding>> {
+        let mut findings = vec![paths::describe_dir(&self.dir, self.shared)?];
+        findings.extend(ground::doctor(&self.dir));
+        Ok(findings)
     }
 
     fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {

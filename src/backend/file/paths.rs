@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 
+use crate::backend::ground::Finding;
 use crate::exit::Usage;
 use crate::model::Key;
 use crate::sys;
@@ -142,6 +143,28 @@ pub(super) fn open_lock_file(path: &Path, shared: bool) -> anyhow::Result<File> 
 /// are shared with them (see [`open_lock_file`]).
 pub(super) fn is_shared_dir(dir: &Path) -> bool {
     std::fs::metadata(dir).is_ok_and(|m| m.mode() & 0o022 != 0)
+}
+
+/// `dlock doctor`'s line on the lock directory: whose it is, its mode, and so whether lock files
+/// are private or shared with other users ([`open_lock_file`]).
+pub(super) fn describe_dir(dir: &Path, shared: bool) -> anyhow::Result<Finding> {
+    let meta =
+        std::fs::metadata(dir).with_context(|| format!("cannot inspect {}", dir.display()))?;
+    let owner = if meta.uid() == sys::euid() {
+        "yours".to_string()
+    } else {
+        format!("owned by uid {}", meta.uid())
+    };
+    let mode = meta.mode() & 0o7777;
+    let how = if shared {
+        "shared: other users may lock here, and lock files are made readable and writable by all of them"
+    } else {
+        "private: only its owner can create lock files here"
+    };
+    Ok(Finding::ok(
+        "directory",
+        format!("{}: {owner}, mode {mode:04o}, {how}", dir.display()),
+    ))
 }
 
 /// Opens an existing lock file for reading, as [`open_lock_file`] does (no symlink, no FIFO);

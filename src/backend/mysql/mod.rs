@@ -29,7 +29,9 @@
 //!   run, in which the holder record and fence cannot be written without serializing readers
 //!   or a second connection; see docs/backends.md.)
 
+mod cluster;
 mod conflict;
+mod ground;
 mod history;
 mod rows;
 mod shared;
@@ -117,6 +119,9 @@ pub(crate) struct MysqlBackend {
     reach: Reach,
     /// host:port/database, without credentials.
     addr: String,
+    /// `?cluster=one-node`: the user states that every dlock uses this one node of its
+    /// cluster (see cluster.rs).
+    one_node: bool,
 }
 
 /// The server-side lock name for a key (see the module doc).
@@ -147,6 +152,7 @@ impl MysqlBackend {
             _ => return Err(Usage("the mysql backend takes one --url".into()).into()),
         };
         let url = url.replacen("mariadb://", "mysql://", 1);
+        let (url, one_node) = cluster::split_cluster_param(&url)?;
         let (url, ssl) = split_tls_params(&url)?;
         let mut opts: Opts = Opts::from_url(&url).map_err(|e| {
             Usage(format!(
@@ -170,6 +176,7 @@ impl MysqlBackend {
             opts,
             addr,
             reach: Reach::default(),
+            one_node,
         })
     }
 
@@ -369,6 +376,10 @@ impl Backend for MysqlBackend {
     fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
         self.end_on_new_connection(key, end)
     }
+
+    fn doctor(&self, ttl: Duration) -> anyhow::Result<Vec<crate::backend::ground::Finding>> {
+        self.doctor_checks(ttl)
+    }
 }
 
 impl MysqlBackend {
@@ -444,21 +455,17 @@ impl MysqlBackend {
     /// the server, in slices) until `req.deadline`; returns the connection that holds it and
     /// when the request that got it was sent.
     fn get_lock(&self, name: &str, req: &Request<'_>) -> anyhow::Result<(Conn, BootInstant)> {
-        let ttl_secs = wait_timeout_secs(req.ttl);
         // One connection for the whole wait (a failed GET_LOCK leaves it usable); its read
         // timeout outlasts the longest server-side wait.
         let mut con = self.connect(MAX_SLICE + COMMAND_TIMEOUT)?;
         let mut sent = BootInstant::now();
         // First a try without waiting, in the same round trip as the session's wait_timeout (a
         // dead client host keeps its lock until the server drops the idle connection, 8 h by
-        // default). The name is a hex literal: safe to inline, and visible in PROCESSLIST.
-        let mut got: mysql::Result<Option<Option<i64>>> = last_value(
-            &mut con,
-            &format!(
-                "SET SESSION wait_timeout = {ttl_secs}; SELECT GET_LOCK(X'{}', 0)",
-                hex(name)
-            ),
-        );
+        // default) and the question of a cluster (a node of one is refused, `?` drops `con`).
+        // The name is a hex literal: safe to inline, and visible in PROCESSLIST.
+        let first =
+            self.first_take(&mut con, req.ttl, &format!("GET_LOCK(X'{}', 0)", hex(name)))?;
+        let mut got: mysql::Result<Option<Option<i64>>> = Ok(Some(first));
         let mut told_holder = false;
         loop {
             match got {

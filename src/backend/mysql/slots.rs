@@ -14,14 +14,19 @@ use crate::clock::BootInstant;
 use crate::exit::Interrupted;
 use crate::model::Deadline;
 
-/// SQL: take the first free of `slots` without waiting: its 1-based index, or 0.
-fn any_slot_sql(slots: &[String]) -> String {
+/// SQL expression: take the first free of `slots` without waiting: its 1-based index, or 0.
+fn any_slot_expr(slots: &[String]) -> String {
     let whens: Vec<String> = slots
         .iter()
         .enumerate()
         .map(|(i, s)| format!("WHEN GET_LOCK(X'{}', 0) = 1 THEN {}", hex(s), i + 1))
         .collect();
-    format!("SELECT CASE {} ELSE 0 END", whens.join(" "))
+    format!("CASE {} ELSE 0 END", whens.join(" "))
+}
+
+/// SQL: [`any_slot_expr`] as a statement.
+fn any_slot_sql(slots: &[String]) -> String {
+    format!("SELECT {}", any_slot_expr(slots))
 }
 
 impl MysqlBackend {
@@ -59,8 +64,9 @@ impl MysqlBackend {
         let take_any = any_slot_sql(&slots);
         let mut con = self.connect(MAX_SLICE + COMMAND_TIMEOUT)?;
         let sent = BootInstant::now();
-        let got: i64 = last_value(&mut con, &format!("{session}{take_any}"))
-            .map_err(|e| self.fail(e))?
+        // With the cluster's question: a node of one refuses (`?` drops `con`, and any slot).
+        let got: i64 = self
+            .first_take(&mut con, req.ttl, &any_slot_expr(&slots))?
             .unwrap_or(0);
         let (con, slot, sent) = if got > 0 {
             (con, got as usize - 1, sent)

@@ -22,7 +22,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::rows::{Rows, cell, typed_row};
-use super::{COMMAND_TIMEOUT, PgBackend, PgLease, db_text};
+use super::{COMMAND_TIMEOUT, PgBackend, PgLease, db_text, ground};
 use crate::backend::{Begun, Lease, SQL_EVENT_HEAD, SQL_EVENT_WHOLE, Stored, sql_event};
 use crate::history::MAX_EVENTS;
 use crate::model::Key;
@@ -209,10 +209,16 @@ impl PgLease {
         };
         self.releasing
             .store(true, std::sync::atomic::Ordering::SeqCst);
+        // Unlocks only the server session that carries this session's mark, where it has one
+        // ([`ground`]).
+        let (and_ours, where_ours) = match ground::is_ours(s) {
+            Some(ours) => (format!(" AND {ours}"), format!(" WHERE {ours}")),
+            None => (String::new(), String::new()),
+        };
         let sql = format!(
             "WITH e AS ({INSERT_END}), \
-             h AS (DELETE FROM dlock_holders WHERE pid = pg_backend_pid()) \
-             SELECT pg_advisory_unlock_all()"
+             h AS (DELETE FROM dlock_holders WHERE pid = pg_backend_pid(){and_ours}) \
+             SELECT pg_advisory_unlock_all(){where_ours}"
         );
         let body = String::from_utf8_lossy(end);
         let params: [Param<'_>; 2] = [(&key.as_str(), Type::TEXT), (&body, Type::TEXT)];

@@ -23,7 +23,10 @@
 //! - A standby is refused (its advisory locks are its own); a server up for less than the TTL
 //!   holds the lock back ([`super::hold_back_until`], from `pg_postmaster_start_time()`).
 
+mod doctor;
+mod ground;
 mod history;
+mod lease;
 mod rows;
 mod slots;
 mod status;
@@ -42,7 +45,8 @@ use tokio_postgres::{Client, NoTls};
 
 use self::rows::cell;
 
-use super::{Backend, Lease, LossNotifier, Reach, RenewError, Request};
+use self::lease::PgLease;
+use super::{Backend, Lease, Reach, Request};
 use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::exit::{Interrupted, Unavailable};
@@ -122,6 +126,13 @@ struct Session {
     client: Client,
     /// Set to true when the connection task ends (the server closed it, or it broke).
     ended: tokio::sync::watch::Receiver<bool>,
+    /// The random mark this session puts on its server session ([`ground`]).
+    mark: String,
+    /// How the first lock statement checks the server session ([`ground::Reached`]).
+    reached: ground::Reached,
+    /// Whether something may stand between (a proxy, an unproven socket): the session's lock
+    /// statements then act only where its mark is ([`ground::on_ours`]).
+    guarded: std::sync::atomic::AtomicBool,
 }
 
 impl PgBackend {
@@ -174,6 +185,7 @@ impl PgBackend {
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))
             .map_err(Connect::Io)?
             .map_err(Connect::Io)?;
+            let reached = socket.reached();
             let host = match &self.config.target {
                 url::Target::Tcp(h) | url::Target::Unix(h) => h.as_str(),
             };
@@ -182,9 +194,10 @@ impl PgBackend {
                 .map_err(Connect::Io)?;
             cfg.connect_raw(stream::Checked::new(link), NoTls)
                 .await
+                .map(|c| (c, reached))
                 .map_err(Connect::Pg)
         });
-        let (client, connection) = match connecting.await {
+        let ((client, connection), reached) = match connecting.await {
             Ok(Ok(c)) => c,
             Ok(Err(Connect::Pg(e))) if e.as_db_error().is_some() => {
                 return Err(Unavailable(format!(
@@ -213,7 +226,13 @@ impl PgBackend {
             let _ = tx.send(true);
         });
         self.reach.connected();
-        Ok(Session { client, ended })
+        Ok(Session {
+            client,
+            ended,
+            mark: ground::new_mark()?,
+            reached,
+            guarded: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     /// Records the holder of `held` (the key's own id, or a semaphore slot's) and bumps the
@@ -223,7 +242,7 @@ impl PgBackend {
     /// `pg_locks` in every acquisition cost ~1 ms of a new session's cold catalog.
     async fn record(
         &self,
-        client: &Client,
+        s: &Session,
         key: &Key,
         held: i64,
         holder: &Record,
@@ -243,10 +262,12 @@ impl PgBackend {
              SELECT fence, floor(extract(epoch FROM now() - pg_postmaster_start_time()))::bigint, \
                (SELECT json_agg(json_build_array(o.pid, {holder}))::text FROM \
                  (SELECT pid, holder FROM dlock_holders WHERE key = $1 \
-                   AND pid <> pg_backend_pid() LIMIT {most}) o) FROM f",
+                   AND pid <> pg_backend_pid() LIMIT {most}) o), {ours} FROM f",
             holder = rows::capped("o.holder"),
             most = 2 * slots::MAX_LIMIT,
+            ours = ground::is_ours(s).unwrap_or_else(|| "true".into()),
         );
+        let client = &s.client;
         let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
             [(&key.as_str(), Type::TEXT), (&meta, Type::TEXT)];
         let mut result = self
@@ -281,6 +302,9 @@ impl PgBackend {
         }
         let rows = result?;
         let row = rows.first().context("no fence returned")?;
+        if cell(row, 3) != Some("t") {
+            return Err(ground::pooled(self.addr()));
+        }
         let fence = cell(row, 0)
             .and_then(|v| v.parse().ok())
             .context("no fence returned")?;
@@ -297,8 +321,9 @@ impl PgBackend {
         Ok((fence, u64::try_from(uptime).unwrap_or(0), others))
     }
 
-    /// The first round trip of a lock's session: its lease setting, the standby check, and
-    /// `try_expr` (a try of the lock); returns what `try_expr` gave.
+    /// The first round trip of a lock's session: its lease setting, the standby check, the
+    /// mark and the proxy check ([`ground`]), and `try_expr` (a try of the lock); returns what
+    /// `try_expr` gave, as text. Behind a proxy, a second round trip tries after the probe.
     async fn first_try(
         &self,
         s: &Session,
@@ -307,7 +332,8 @@ impl PgBackend {
     ) -> anyhow::Result<String> {
         let timeout = ttl_secs(req.ttl);
         let first = format!(
-            "SET idle_session_timeout = '{timeout}s'; SELECT pg_is_in_recovery(), {try_expr}"
+            "SET idle_session_timeout = '{timeout}s'; SELECT pg_is_in_recovery(), {}",
+            ground::claim(s, try_expr)
         );
         let rows = match self
             .simple(&s.client, &first, COMMAND_TIMEOUT, "try the lock")
@@ -333,7 +359,23 @@ impl PgBackend {
             ))
             .into());
         }
-        Ok(cell(row, 1).unwrap_or_default().to_string())
+        match (cell(row, 1), s.reached) {
+            (Some(got), _) => Ok(got.to_string()),
+            (None, ground::Reached::Tcp(_)) => {
+                if self.behind_proxy(s).await? == ground::Probe::Pooled {
+                    return Err(ground::pooled(self.addr()));
+                }
+                let again = format!("SELECT {}", ground::on_ours(s, try_expr));
+                let rows = self
+                    .simple(&s.client, &again, COMMAND_TIMEOUT, "try the lock")
+                    .await?;
+                match rows.first().and_then(|r| cell(r, 0)) {
+                    Some(got) => Ok(got.to_string()),
+                    None => Err(ground::pooled(self.addr())),
+                }
+            }
+            (None, _) => Err(ground::foreign(self.addr())),
+        }
     }
 
     /// Takes `req`'s lock on `s`.
@@ -368,13 +410,17 @@ impl PgBackend {
         // Waiting, in the server's queue, for at most the time left.
         let lock_timeout = req.deadline.remaining().map_or(0, |d| d.as_millis().max(1));
         let wait = format!(
-            "SET lock_timeout = {lock_timeout}; SELECT pg_advisory_lock{shared}({id}); \
-             SET lock_timeout = 0"
+            "SET lock_timeout = {lock_timeout}; SELECT {}; SET lock_timeout = 0",
+            ground::on_ours(s, &format!("pg_advisory_lock{shared}({id})"))
         );
         let cancel = s.client.cancel_token();
         tokio::select! {
             r = s.client.simple_query(&wait) => match r {
-                Ok(_) => Ok(()),
+                // A void's text is empty; NULL: the statement reached another server session.
+                Ok(m) => match rows::simple_rows(m).first().map(|r| cell(r, 0)) {
+                    Some(None) => Err(ground::pooled(self.addr())),
+                    _ => Ok(()),
+                },
                 Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
                     let holder = self.current_holder(&s.client, id).await;
                     Err(req.busy(holder.as_ref()))
@@ -456,7 +502,7 @@ impl Backend for PgBackend {
             // (idle_session_timeout) starts when that one ends, which is after it was sent. (The
             // grant's own send time could be a whole wait earlier.)
             let sent = BootInstant::now();
-            let (fence, uptime, others) = self.record(&s.client, req.key, held, req.holder).await?;
+            let (fence, uptime, others) = self.record(&s, req.key, held, req.holder).await?;
             // Holders of the key in another mode (or another --limit) are a usage error.
             let want = req.mode.limit();
             let differ: Vec<&(i32, Holder)> = others
@@ -475,11 +521,15 @@ impl Backend for PgBackend {
         drop(guard);
         // On any error the session is dropped here, which releases whatever it holds.
         let (session, held, sent, fence, uptime) = result?;
+        let count = format!(
+            "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND granted AND {}",
+            advisory_on("", &[held])
+        );
         Ok(Box::new(PgLease {
-            check: format!(
-                "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND granted AND {}",
-                advisory_on("", &[held])
-            ),
+            check: match ground::is_ours(&session) {
+                Some(ours) => format!("SELECT CASE WHEN {ours} THEN ({count}) END"),
+                None => count,
+            },
             session: Some(session),
             history: (req.mode == Mode::Exclusive).then(|| req.key.clone()),
             rt,
@@ -566,6 +616,10 @@ impl Backend for PgBackend {
         })
     }
 
+    fn doctor(&self, ttl: Duration) -> anyhow::Result<Vec<crate::backend::ground::Finding>> {
+        self.checks(ttl)
+    }
+
     fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
         self.history_of(key)
     }
@@ -589,116 +643,4 @@ fn application_name(key: &Key) -> String {
         .collect();
     name.truncate(63);
     name
-}
-
-/// A held advisory lock: it lives exactly as long as its session.
-struct PgLease {
-    session: Option<Session>,
-    /// The key whose run history this lease writes (exclusive leases only).
-    history: Option<Key>,
-    rt: Arc<Runtime>,
-    addr: String,
-    /// Counts the lock among this session's granted locks (1 while held).
-    check: String,
-    ttl: Duration,
-    /// The fencing token, when the acquiring request was sent, any hold-back.
-    grant: Grant,
-    /// Set before releasing: the session's end is then expected, not a loss.
-    releasing: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Lease for PgLease {
-    fn grant(&self) -> Grant {
-        self.grant
-    }
-
-    fn ttl(&self) -> Option<Duration> {
-        Some(self.ttl)
-    }
-
-    fn renew(&mut self) -> Result<(), RenewError> {
-        let Some(s) = &self.session else {
-            return Err(RenewError::Lost("the session is gone".into()));
-        };
-        let limit = COMMAND_TIMEOUT.min(self.ttl / 3);
-        let result = self.rt.block_on(async {
-            tokio::time::timeout(limit, s.client.simple_query(&self.check)).await
-        });
-        match result {
-            Ok(Ok(messages)) => {
-                match rows::simple_rows(messages).first().and_then(|r| cell(r, 0)) {
-                    Some("1") => Ok(()),
-                    _ => Err(RenewError::Lost(format!(
-                        "{}: the session no longer holds the lock",
-                        self.addr
-                    ))),
-                }
-            }
-            Ok(Err(e)) if e.is_closed() || e.as_db_error().is_some() => Err(RenewError::Lost(
-                format!("{}: the session ended: {}", self.addr, db_text(&e)),
-            )),
-            Ok(Err(e)) => Err(RenewError::Failed(anyhow::anyhow!("{}: {e}", self.addr))),
-            Err(_) => Err(RenewError::Failed(anyhow::anyhow!(
-                "{}: no answer within {limit:?}",
-                self.addr
-            ))),
-        }
-    }
-
-    fn begin_run(
-        &mut self,
-        start: &[u8],
-        once_per: Option<Duration>,
-    ) -> anyhow::Result<super::Begun> {
-        self.begin_history(start, once_per)
-    }
-
-    fn release_with_end(self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
-        self.release_writing(end)
-    }
-
-    fn release(mut self: Box<Self>) -> anyhow::Result<()> {
-        self.releasing
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        let Some(s) = self.session.take() else {
-            return Ok(());
-        };
-        // Unlock explicitly, so that the next holder can start before this session's backend
-        // has exited; closing the connection would release it too.
-        let r = self.rt.block_on(async {
-            tokio::time::timeout(
-                COMMAND_TIMEOUT,
-                s.client.simple_query(
-                    "SELECT pg_advisory_unlock_all(); \
-                     DELETE FROM dlock_holders WHERE pid = pg_backend_pid()",
-                ),
-            )
-            .await
-        });
-        drop(s);
-        match r {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(anyhow::anyhow!("{}: {e}", self.addr)),
-            Err(_) => Err(anyhow::anyhow!("{}: no answer to the release", self.addr)),
-        }
-    }
-
-    fn watch_loss(&mut self, lost: LossNotifier) {
-        let Some(s) = &self.session else {
-            return;
-        };
-        let mut ended = s.ended.clone();
-        let releasing = self.releasing.clone();
-        let addr = self.addr.clone();
-        self.rt.spawn(async move {
-            while !*ended.borrow() {
-                if ended.changed().await.is_err() {
-                    break;
-                }
-            }
-            if !releasing.load(std::sync::atomic::Ordering::SeqCst) {
-                lost(format!("{addr}: the session's connection ended (the server, or something between, closed it)"));
-            }
-        });
-    }
 }

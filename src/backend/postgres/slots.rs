@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 use tokio_postgres::NoTls;
 
-use super::{COMMAND_TIMEOUT, PgBackend, Session, cell, ttl_secs};
+use super::{COMMAND_TIMEOUT, PgBackend, Session, cell, ground, ttl_secs};
 use crate::backend::Request;
 use crate::exit::Interrupted;
 use crate::model::Key;
@@ -67,10 +67,11 @@ impl PgBackend {
         // Queue on the gate, in the server, for at most the time left.
         let gate = slot_id(req.key, 0);
         let lock_timeout = req.deadline.remaining().map_or(0, |d| d.as_millis().max(1));
+        // Only on the server session that carries the mark (super::ground).
         let queue = format!(
-            "SET lock_timeout = {lock_timeout}; SELECT pg_advisory_lock({gate}); \
-             SET lock_timeout = 0; SELECT {}",
-            try_any(req.key, n)
+            "SET lock_timeout = {lock_timeout}; SELECT {}; SET lock_timeout = 0; SELECT {}",
+            ground::on_ours(&s, &format!("pg_advisory_lock({gate})")),
+            ground::on_ours(&s, &try_any(req.key, n))
         );
         let cancel = s.client.cancel_token();
         let rows = tokio::select! {
@@ -90,6 +91,10 @@ impl PgBackend {
                 return Err(interrupted(req));
             }
         };
+        // NULL: a statement reached another server session (a void's text is empty).
+        if rows.iter().any(|r| cell(r, 0).is_none()) {
+            return Err(ground::pooled(self.addr()));
+        }
         let got = rows.last().and_then(|r| cell(r, 0)).unwrap_or_default();
         if let Some(i) = slot(got) {
             let unlock = format!("SELECT pg_advisory_unlock({gate})");
@@ -113,10 +118,18 @@ impl PgBackend {
                         .push((i, w.client.cancel_token()));
                     let sql = format!(
                         "SET idle_session_timeout = '{timeout}s'; SET lock_timeout = {lock_timeout}; \
-                         SELECT pg_advisory_lock({id}); SET lock_timeout = 0"
+                         SELECT {}; SET lock_timeout = 0",
+                        ground::claim_anywhere(&w, &format!("pg_advisory_lock({id})"))
                     );
                     match w.client.simple_query(&sql).await {
-                        Ok(_) => Ok((i, w)),
+                        Ok(m) => {
+                            let rows = super::rows::simple_rows(m);
+                            if rows.iter().any(|r| cell(r, 0).is_none()) {
+                                Err(ground::foreign(self.addr()))
+                            } else {
+                                Ok((i, w))
+                            }
+                        }
                         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
                             Err(req.busy(None))
                         }

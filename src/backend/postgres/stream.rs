@@ -32,6 +32,33 @@ pub(super) enum Socket {
 }
 
 impl Socket {
+    /// What the first lock statement must check about the server session behind this socket
+    /// (see `ground`): over TCP, the local port to compare; over a Unix socket, whether the
+    /// peer that listens is a postmaster (its command name is `postgres`), which forks a
+    /// backend of its own for each connection.
+    pub(super) fn reached(&self) -> super::ground::Reached {
+        use super::ground::Reached;
+        match self {
+            Socket::Tcp(t) => t
+                .local_addr()
+                .map_or(Reached::Unproven, |a| Reached::Tcp(a.port())),
+            Socket::Unix(u) => {
+                let postmaster = u
+                    .peer_cred()
+                    .ok()
+                    .and_then(|c| c.pid())
+                    .filter(|&pid| pid > 0)
+                    .and_then(|pid| std::fs::read(format!("/proc/{pid}/comm")).ok())
+                    .is_some_and(|comm| comm == b"postgres\n");
+                if postmaster {
+                    Reached::Postmaster
+                } else {
+                    Reached::Unproven
+                }
+            }
+        }
+    }
+
     /// Connects to `host:port`, or to the socket in directory `host` (libpq's `.s.PGSQL.PORT`).
     pub(super) async fn connect(host: &super::url::Target, port: u16) -> io::Result<Socket> {
         match host {

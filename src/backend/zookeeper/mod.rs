@@ -35,6 +35,7 @@
 //!   worker thread (a current-thread runtime would not answer the server's pings while dlock
 //!   waits for its command). The rest of dlock stays synchronous.
 
+mod ground;
 mod history;
 mod lease;
 mod queue;
@@ -476,7 +477,10 @@ impl Backend for ZkBackend {
             }
         })?;
         let ttl = client.session_timeout();
-        if ttl != req.ttl {
+        if ttl < req.ttl {
+            // A shorter lease than asked: said once (doctor says it too).
+            crate::backend::ground::warn_once(&ground::session_finding(req.ttl, ttl));
+        } else if ttl != req.ttl {
             crate::report::verbose(format_args!(
                 "the server set the session timeout to {ttl:?} (asked {:?}); that is the lease",
                 req.ttl
@@ -524,6 +528,10 @@ impl Backend for ZkBackend {
     fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
         let history = self.history(key);
         self.admin(async |client| history.end(client, end).await)
+    }
+
+    fn doctor(&self, ttl: Duration) -> anyhow::Result<Vec<crate::backend::ground::Finding>> {
+        self.checks(ttl)
     }
 
     /// Deletes the holders' nodes (a holder sees its node go and stops its command); waiters

@@ -12,7 +12,7 @@ pub(crate) struct Mariadb {
     pub port: u16,
     pub dir: PathBuf,
     child: Option<Child>,
-    extra: Vec<String>,
+    pub(super) extra: Vec<String>,
 }
 
 impl Mariadb {
@@ -77,10 +77,8 @@ impl Mariadb {
         ])
     }
 
-    fn start_with(extra: &[String]) -> Option<Mariadb> {
-        if !available("mariadbd") {
-            return None;
-        }
+    /// A server not started yet: a copy of the template's data, a free port.
+    pub(super) fn prepared(extra: &[String]) -> Mariadb {
         let dir = scratch("mariadb");
         let status = Command::new("cp")
             .arg("-a")
@@ -89,12 +87,36 @@ impl Mariadb {
             .status()
             .unwrap();
         assert!(status.success());
-        let mut m = Mariadb {
+        Mariadb {
             port: free_port(),
             dir,
             child: None,
             extra: extra.to_vec(),
-        };
+        }
+    }
+
+    /// Creates the `dlock` user and database.
+    pub(super) fn add_user(&self) {
+        let sql = "CREATE USER IF NOT EXISTS 'dlock'@'%' IDENTIFIED BY 'dlock'; \
+                   GRANT ALL ON *.* TO 'dlock'@'%'; CREATE DATABASE IF NOT EXISTS dlock;";
+        let out = self.client().arg("-e").arg(sql).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The server's error log, for a failure message.
+    pub(super) fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
+    }
+
+    fn start_with(extra: &[String]) -> Option<Mariadb> {
+        if !available("mariadbd") {
+            return None;
+        }
+        let mut m = Self::prepared(extra);
         for attempt in 1.. {
             if m.launch() {
                 break;
@@ -106,19 +128,12 @@ impl Mariadb {
             );
             m.port = free_port();
         }
-        let sql = "CREATE USER IF NOT EXISTS 'dlock'@'%' IDENTIFIED BY 'dlock'; \
-                   GRANT ALL ON *.* TO 'dlock'@'%'; CREATE DATABASE IF NOT EXISTS dlock;";
-        let out = m.client().arg("-e").arg(sql).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        m.add_user();
         Some(m)
     }
 
     /// Starts the server and waits until it answers; false if it exited (port taken).
-    fn launch(&mut self) -> bool {
+    pub(super) fn launch(&mut self) -> bool {
         let d = self.dir.clone();
         let mut cmd = Command::new("mariadbd");
         cmd.args([

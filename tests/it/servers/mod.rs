@@ -149,14 +149,18 @@ fn aged<T>(server: Option<T>) -> Option<T> {
 }
 
 mod etcd;
+mod galera;
 mod mariadb;
+mod poolers;
 mod postgres;
 mod redis;
 mod twemproxy;
 mod zookeeper;
 
 pub(crate) use self::etcd::*;
+pub(crate) use self::galera::*;
 pub(crate) use self::mariadb::*;
+pub(crate) use self::poolers::*;
 pub(crate) use self::postgres::*;
 pub(crate) use self::redis::*;
 pub(crate) use self::twemproxy::*;

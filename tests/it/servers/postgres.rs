@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use super::*;
 
 /// The newest installed PostgreSQL's `bin` directory (Debian: /usr/lib/postgresql/N/bin).
-fn postgres_bin() -> Option<PathBuf> {
+pub(super) fn postgres_bin() -> Option<PathBuf> {
     let mut dirs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .ok()?
         .flatten()
@@ -172,6 +172,51 @@ impl Postgres {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// A new server streaming from this one (`pg_basebackup -R`): a standby, in recovery.
+    pub(crate) fn standby(&self) -> Postgres {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = PathBuf::from(format!("/tmp/dlock-test-pgs-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sock")).unwrap();
+        let (uid, gid) = postgres_user();
+        for d in [dir.clone(), dir.join("sock")] {
+            std::os::unix::fs::chown(&d, Some(uid), Some(gid)).unwrap();
+        }
+        let out = as_postgres(Command::new(self.bin.join("pg_basebackup")))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .args(["-R", "-X", "stream", "-D"])
+            .arg(dir.join("data"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_basebackup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut pg = Postgres {
+            port: free_port(),
+            dir,
+            bin: self.bin.clone(),
+            child: None,
+            extra: Vec::new(),
+        };
+        for _ in 0..3 {
+            if pg.launch() {
+                return pg;
+            }
+            pg.port = free_port();
+        }
+        panic!("the standby did not start");
+    }
+
     /// Restarts the server as a standby (in recovery, read-only).
     pub(crate) fn make_standby(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -202,7 +247,7 @@ impl Drop for Postgres {
 }
 
 /// The `postgres` user's uid and gid.
-fn postgres_user() -> (u32, u32) {
+pub(super) fn postgres_user() -> (u32, u32) {
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
     let line = passwd
         .lines()
@@ -213,7 +258,7 @@ fn postgres_user() -> (u32, u32) {
 }
 
 /// `cmd`, run as the `postgres` user.
-fn as_postgres(mut cmd: Command) -> Command {
+pub(super) fn as_postgres(mut cmd: Command) -> Command {
     use std::os::unix::process::CommandExt;
     let (uid, gid) = postgres_user();
     cmd.uid(uid).gid(gid).env("HOME", "/tmp");

@@ -37,7 +37,17 @@ impl Zookeeper {
         Self::start_n(3)
     }
 
+    /// A standalone server with `extra` lines appended to its zoo.cfg (a later line of a key
+    /// overrides the harness's: `maxSessionTimeout=2000`).
+    pub(crate) fn start_configured(extra: &str) -> Option<Zookeeper> {
+        Self::start_n_with(1, extra)
+    }
+
     fn start_n(n: usize) -> Option<Zookeeper> {
+        Self::start_n_with(n, "")
+    }
+
+    fn start_n_with(n: usize, extra: &str) -> Option<Zookeeper> {
         if !available("java") {
             return None;
         }
@@ -67,6 +77,7 @@ impl Zookeeper {
                 dir.join("data").display(),
                 p[0]
             );
+            cfg.push_str(extra);
             if n > 1 {
                 std::fs::write(dir.join("data/myid"), format!("{}\n", i + 1)).unwrap();
                 for (j, q) in ports.iter().enumerate() {
