@@ -181,9 +181,9 @@ fn info_and_config_denied_is_could_not_check() {
         line(&text, "maxmemory-policy").starts_with("unknown maxmemory-policy: could not check"),
         "{text}"
     );
-    let persistence = line(&text, "persistence");
+    let restart = line(&text, "restart");
     assert!(
-        persistence.starts_with("warn") && persistence.contains("INFO"),
+        restart.starts_with("warn") && restart.contains("INFO"),
         "{text}"
     );
     assert!(!text.contains("blind:blind"), "no password: {text}");
@@ -198,7 +198,14 @@ fn doctor_is_all_ok_on_a_default_redis_and_redlock() {
     };
     let out = run_ok(&mut doctor(&[&url]));
     let text = stdout(&out);
-    for check in ["server", "proxy", "role", "maxmemory-policy", "persistence"] {
+    for check in [
+        "server",
+        "proxy",
+        "role",
+        "maxmemory-policy",
+        "persistence",
+        "restart",
+    ] {
         assert!(line(&text, check).starts_with("ok "), "{text}");
     }
     assert!(

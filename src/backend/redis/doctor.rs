@@ -1,6 +1,6 @@
 //! `dlock doctor` for Redis: the server (version, address, role, uptime), a proxy in the way,
-//! commands a lock needs that the server refuses, the role, `maxmemory-policy` and what a
-//! restart costs (persistence and the hold-back). One server, each primary of a Cluster, the
+//! commands a lock needs that the server refuses, the role, `maxmemory-policy`, persistence
+//! and the restart hold-back. One server, each primary of a Cluster, the
 //! primary the sentinels name, or each Redlock master. Takes no lock; writes nothing.
 
 use std::time::Duration;
@@ -9,8 +9,7 @@ use redis::{ConnectionLike, Value};
 
 use super::ground::policy_finding;
 use super::{COMMAND_TIMEOUT, Connection, Node, cluster_primaries, conn};
-use crate::backend::ground::Finding;
-use crate::backend::{hold_back_span, ttl_secs_up};
+use crate::backend::ground::{Finding, hold_back};
 
 /// The key the probes name (a `BLPOP` that times out, an `EVALSHA` that finds no script):
 /// nothing is ever written to it.
@@ -275,7 +274,7 @@ fn check(node: &Node, ttl: Duration) -> anyhow::Result<(Vec<Finding>, Server, St
         None => Finding::unknown("role", format!("{addr}: INFO replication is not allowed")),
     });
     findings.push(policy(node, &mut con, &addr)?);
-    findings.push(persistence(node, &mut con, &addr, up, ttl)?);
+    findings.extend(persistence(node, &mut con, &addr, up, ttl)?);
     Ok((findings, server, addr))
 }
 
@@ -376,15 +375,15 @@ fn addr_of(con: &Connection) -> String {
     con.addr().to_string()
 }
 
-/// What a restart costs: the locks it forgets (persistence) and the hold-back that covers it,
-/// which needs the uptime (`INFO`).
+/// What a restart costs: the locks it forgets (persistence), and the hold-back that covers it
+/// (`restart`), which needs the uptime from `INFO`.
 fn persistence(
     node: &Node,
     con: &mut Connection,
     addr: &str,
     up: Option<u64>,
     ttl: Duration,
-) -> anyhow::Result<Finding> {
+) -> anyhow::Result<[Finding; 2]> {
     let aof = match ask(node, con, redis::cmd("INFO").arg("persistence"))? {
         Asked::Text(text) => field(&text, "aof_enabled").map(|a| a == "1"),
         _ => None,
@@ -392,36 +391,34 @@ fn persistence(
     let save = config_get(node, con, "save")?;
     let kept = match (aof, &save) {
         (Some(true), _) => "AOF on".to_string(),
-        (Some(false), Ok(s)) if s.is_empty() => "no persistence (no AOF, no RDB snapshots)".into(),
+        (Some(false), Ok(s)) if s.is_empty() => "none (no AOF, no RDB snapshots)".into(),
         (Some(false), Ok(s)) => format!("RDB snapshots (save {s}), no AOF"),
         (Some(false), Err(_)) => "no AOF; RDB snapshots unknown (CONFIG GET not allowed)".into(),
-        (None, _) => "persistence unknown (INFO persistence not allowed)".into(),
+        (None, _) => "unknown (INFO persistence not allowed)".into(),
     };
-    let span = hold_back_span(ttl).as_secs();
-    let Some(up) = up else {
-        return Ok(Finding::warn(
-            "persistence",
+    let persistence = Finding::ok(
+        "persistence",
+        format!(
+            "{addr}: {kept}: a restart forgets the locks not on disk; the hold-back after a \
+             restart covers that"
+        ),
+    );
+    let restart = match up {
+        Some(up) => {
+            let mut f = hold_back(up, ttl);
+            f.found = format!("{addr}: {}", f.found);
+            f
+        }
+        None => Finding::warn(
+            "restart",
             format!(
-                "{addr}: {kept}; INFO is not allowed, so dlock cannot see a restart: a lock the \
+                "{addr}: INFO is not allowed, so dlock cannot see a restart: a lock the \
                  restarted server forgot can be granted while its holder from before still runs"
             ),
             "allow INFO to dlock's user (ACL +info)",
-        ));
-    };
-    let now = if up < span {
-        format!("; up {up} s: a lock granted now waits {} s", span - up)
-    } else {
-        format!("; up {up} s")
-    };
-    Ok(Finding::ok(
-        "persistence",
-        format!(
-            "{addr}: {kept}: a restart forgets the locks not on disk; dlock holds a lock granted \
-             within {span} s of a restart (--ttl {} s rounded up, + 1 s) back until holders \
-             from before are gone{now}",
-            ttl_secs_up(ttl)
         ),
-    ))
+    };
+    Ok([persistence, restart])
 }
 
 #[cfg(test)]
