@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis::Script;
 
 use super::redis::Connection;
-use super::redis::history;
+use super::redis::{ground, history};
 use crate::backend::Grant;
 use crate::history::{Begun, MAX_EVENTS, Stored};
 
@@ -57,7 +57,9 @@ impl Slot {
         con.set_read_timeout(Some(timeout))?;
         let result = f(con).map_err(|e| {
             self.con = None;
-            anyhow::anyhow!("{}: {e}", self.node.addr)
+            // A proxy or a replica in this master's place is said as such (and refuses the run).
+            ground::refusal(&self.node, &e)
+                .unwrap_or_else(|| anyhow::anyhow!("{}: {e}", self.node.addr))
         });
         if result.is_ok() {
             self.node.reach.connected(); // it answered
@@ -193,13 +195,28 @@ impl Backend for Redlock {
                 .remaining()
                 .map_or(5000, |d| d.as_millis().min(5000) as u64);
             let start = BootInstant::now();
-            let replies = parallel(&mut slots, |slot| {
+            let mut replies = parallel(&mut slots, |slot| {
                 slot.with(timeout, |c| {
                     acquire_script(&keys, Mode::Exclusive, &token, ttl_ms, &meta, waiting_ms)
                         .invoke(c)
                         .and_then(super::redis::acquire_reply)
                 })
             });
+            // A master that is a proxy or a replica: the set is misconfigured, whatever the
+            // others said. Said at once, with every grant given back.
+            let refused = replies.iter().position(|r| match r {
+                Err(e) => ground::is_refusal(e),
+                Ok((1, _, seen)) => seen.is_replica(),
+                Ok(_) => false,
+            });
+            if let Some(i) = refused {
+                Self::release_all(&mut slots, &keys, &token, timeout);
+                Self::forget_waiter(&mut slots, &keys, &token, timeout);
+                return Err(match replies.swap_remove(i) {
+                    Err(e) => e,
+                    Ok(_) => ground::Replica(ground::replica_message(&self.nodes[i].addr)).into(),
+                });
+            }
             let granted = replies
                 .iter()
                 .filter(|r| matches!(r, Ok((1, _, _))))
@@ -216,11 +233,17 @@ impl Backend for Redlock {
                     // to 5 s): `status` would count a waiter that is the holder.
                     Self::forget_waiter(&mut slots, &keys, &token, timeout);
                 }
+                for (r, node) in replies.iter().zip(&self.nodes) {
+                    if let Ok((1, _, seen)) = r {
+                        // Only the eviction warning is left to say (replicas were refused).
+                        let _ = ground::judge_grant(&node.addr, seen);
+                    }
+                }
                 // A quorum that forgot an earlier holder in a restart has a young master in it.
                 let held_back_until = replies
                     .iter()
                     .filter_map(|r| match r {
-                        Ok((1, _, young)) => *young,
+                        Ok((1, _, seen)) => seen.up,
                         _ => None,
                     })
                     .min()
@@ -383,6 +406,10 @@ impl Backend for Redlock {
             .into_iter()
             .find_map(Result::err)
             .map_or(Ok(()), Err)
+    }
+
+    fn doctor(&self, ttl: Duration) -> anyhow::Result<Vec<super::ground::Finding>> {
+        super::redis::doctor_redlock(&self.nodes, self.quorum(), ttl)
     }
 
     fn purge(&self, key: &Key) -> anyhow::Result<()> {

@@ -25,6 +25,7 @@ mod postgres;
 mod recipes;
 mod redis;
 mod redis_cluster;
+mod redis_ground;
 mod redis_sentinel;
 mod redlock;
 mod servers;

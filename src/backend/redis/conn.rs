@@ -13,6 +13,11 @@
 //! node with the same credentials and TLS and sends the command again, within the request's
 //! deadline, so every caller works on a cluster through the URL of any node. (redis-rs's own
 //! cluster connection would bring back its sockets, and their unbounded reads.)
+//!
+//! A connection's first command goes out behind a `CLIENT ID` in the same write (one round
+//! trip, a few bytes more): a proxy that closes the connection on a command it lacks
+//! (twemproxy) closes it there, before the command behind it is read, and [`super::ground`]
+//! tells that proxy from a server that went away.
 
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
@@ -43,6 +48,10 @@ pub(crate) struct Connection {
     info: ConnectionInfo,
     /// How long opening may take.
     connect: Duration,
+    /// Whether the first command went out, behind its `CLIENT ID` probe.
+    probed: bool,
+    /// The server's `CLIENT ID` for this connection, if the probe got one.
+    client_id: Option<i64>,
 }
 
 impl Connection {
@@ -84,6 +93,8 @@ impl Connection {
             open: true,
             info: info.clone(),
             connect,
+            probed: false,
+            client_id: None,
         };
         if let Some(password) = settings.password() {
             let mut auth = redis::cmd("AUTH");
@@ -111,6 +122,18 @@ impl Connection {
         Ok(())
     }
 
+    /// The server's `CLIENT ID` for this connection, if the first command's probe got one.
+    pub(crate) fn client_id(&self) -> Option<i64> {
+        self.client_id
+    }
+
+    /// Sends `cmd` alone (no probe, no redirection) and reads its reply, within the request
+    /// timeout: for [`super::ground`]'s probes.
+    pub(crate) fn request_plain(&mut self, cmd: &redis::Cmd) -> RedisResult<Value> {
+        self.probed = true;
+        self.request_until(&cmd.get_packed_command(), Instant::now() + self.timeout)
+    }
+
     /// The server this connection talks to now (after a `MOVED`, the slot's owner).
     pub(crate) fn addr(&self) -> &ConnectionAddr {
         self.info.addr()
@@ -131,7 +154,11 @@ impl Connection {
 
     /// Sends `cmd` and reads its reply, following a cluster's redirections, by `deadline`.
     fn request_redirected(&mut self, cmd: &[u8], deadline: Instant) -> RedisResult<Value> {
-        let mut reply = self.request_until(cmd, deadline)?;
+        let mut reply = if self.probed {
+            self.request_until(cmd, deadline)?
+        } else {
+            self.request_probed(cmd, deadline)?
+        };
         for _ in 0..MAX_REDIRECTS {
             let Value::ServerError(e) = &reply else {
                 return Ok(reply);
@@ -162,6 +189,36 @@ impl Connection {
             reply = self.request_until(cmd, deadline)?;
         }
         Err(io::Error::other("too many cluster redirections").into())
+    }
+
+    /// The first command: `CLIENT ID` and `cmd` in one write, both replies read by `deadline`.
+    /// The probe's reply is kept (an id) or dropped (an error: the command renamed or denied by
+    /// an ACL); a connection closed before it is judged by [`super::ground::closed_on_probe`].
+    fn request_probed(&mut self, cmd: &[u8], deadline: Instant) -> RedisResult<Value> {
+        self.probed = true;
+        let probe = probe_command();
+        let alone = cmd == probe;
+        let mut both = Vec::with_capacity(probe.len() + cmd.len());
+        if !alone {
+            both.extend_from_slice(probe);
+        }
+        both.extend_from_slice(cmd);
+        let first = match self.request_until(&both, deadline) {
+            Ok(v) => v,
+            Err(e) => return Err(super::ground::closed_on_probe(&self.info, self.connect, e)),
+        };
+        if let Value::Int(id) = first {
+            self.client_id = Some(id);
+        }
+        if alone {
+            return Ok(first);
+        }
+        self.stream.guard().budget = MAX_REPLY;
+        let result = read_reply(&mut self.stream, &mut self.parser);
+        if result.is_err() {
+            self.open = false;
+        }
+        result
     }
 
     /// Sends `cmd` and reads one reply, all before `deadline`.
@@ -222,9 +279,20 @@ pub(crate) fn addr_like(like: &ConnectionAddr, target: &str) -> Option<Connectio
     }
 }
 
+/// `CLIENT ID`, packed: the probe sent before a connection's first command.
+fn probe_command() -> &'static [u8] {
+    static PROBE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    PROBE.get_or_init(|| redis::cmd("CLIENT").arg("ID").get_packed_command())
+}
+
 fn send_and_read(s: &mut Stream, parser: &mut redis::Parser, cmd: &[u8]) -> RedisResult<Value> {
     s.write_all(cmd)?;
     s.flush()?;
+    read_reply(s, parser)
+}
+
+/// The next reply (push messages skipped).
+fn read_reply(s: &mut Stream, parser: &mut redis::Parser) -> RedisResult<Value> {
     loop {
         match parser.parse_value(&mut *s)? {
             Value::Push { .. } => continue, // not a reply (RESP3 only)
@@ -244,7 +312,9 @@ impl ConnectionLike for Connection {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        // dlock sends no pipelines; kept correct anyway: one deadline for all the replies.
+        // A few small pipelines (waiter bookkeeping) on connections already in use; kept
+        // correct anyway: one deadline for all the replies. No probe in front.
+        self.probed = true;
         let deadline = Instant::now() + self.timeout;
         let first = self.request_until(cmd, deadline)?;
         let mut replies = vec![first];

@@ -21,6 +21,8 @@ use redis::{ConnectionInfo, Script};
 
 mod cluster;
 mod conn;
+mod doctor;
+pub(super) mod ground;
 pub(super) mod history;
 mod lease;
 mod names;
@@ -32,6 +34,7 @@ mod waiter;
 use self::cluster::cluster_primaries;
 pub(super) use self::cluster::scan_keys;
 pub(super) use self::conn::Connection;
+pub(super) use self::doctor::redlock as doctor_redlock;
 use self::lease::RedisLease;
 pub(super) use self::names::{Keys, token};
 
@@ -149,6 +152,10 @@ impl Node {
     /// connected: a TCP connect succeeds against a TLS port given a plain `redis://` URL, and
     /// that misconfiguration must fail, not be retried forever.)
     pub(super) fn error(&self, doing: String, e: redis::RedisError) -> anyhow::Error {
+        // A proxy in the way, or a replica: said as such, and not waited out.
+        if let Some(refused) = ground::refusal(self, &e) {
+            return refused;
+        }
         // A primary demoted by a failover answers writes READONLY and ends blocked commands
         // UNBLOCKED; a cluster or replica in transition says so too: all pass, like an outage.
         let failover = matches!(
@@ -188,6 +195,13 @@ impl RedisBackend {
             }
         };
         Ok(RedisBackend { node })
+    }
+
+    /// A failed request of `status`, `break` or `purge`: what stands between if that is what
+    /// failed (a proxy, a replica), else the server's error as it is.
+    fn fail(&self, e: redis::RedisError) -> anyhow::Error {
+        ground::refusal(&self.node, &e)
+            .unwrap_or_else(|| Unavailable(format!("{}: {e}", self.node.addr)).into())
     }
 
     /// The exclusive holder, else one shared holder, for messages.
@@ -287,6 +301,14 @@ impl Backend for RedisBackend {
         // A cluster's locks are spread over its primaries: scan each (a server that is not a
         // cluster refuses CLUSTER NODES).
         let nodes: redis::RedisResult<String> = redis::cmd("CLUSTER").arg("NODES").query(&mut con);
+        // A proxy closes the connection on CLUSTER: said as such.
+        if let Some(refused) = nodes
+            .as_ref()
+            .err()
+            .and_then(|e| ground::refusal(&self.node, e))
+        {
+            return Err(refused);
+        }
         let Ok(nodes) = nodes else {
             return scan_keys(&mut con).map_err(|e| self.node.error(self.node.addr.clone(), e));
         };
@@ -352,7 +374,7 @@ impl Backend for RedisBackend {
             )
             .invoke(&mut con)
             .and_then(acquire_reply);
-            let (acquired, value, young) = match reply {
+            let (acquired, value, seen) = match reply {
                 Ok(r) => {
                     // The server answered: a later transport failure is an outage.
                     self.node.reach.connected();
@@ -382,10 +404,15 @@ impl Backend for RedisBackend {
                         .into());
                     }
                 }
+                if let Err(e) = ground::judge_grant(&self.node.addr, &seen) {
+                    let _: redis::RedisResult<i64> =
+                        release_for(&keys, &token, req.mode).invoke(&mut con);
+                    return Err(e);
+                }
                 if self.node.min_replicas > 0 {
                     self.replicated(&mut con, &keys, &token, req)?;
                 }
-                let held_back_until = young.and_then(|up| super::hold_back_until(up, req.ttl));
+                let held_back_until = seen.up.and_then(|up| super::hold_back_until(up, req.ttl));
                 return Ok(Box::new(RedisLease {
                     node: self.node.clone(),
                     con: Some(con),
@@ -479,7 +506,7 @@ impl Backend for RedisBackend {
             .key(&keys.owner)
             .key(&keys.waiters)
             .invoke(&mut con)
-            .map_err(|e| Unavailable(format!("{}: {e}", self.node.addr)))?;
+            .map_err(|e| self.fail(e))?;
         let mut status = Status {
             held: !lock.is_empty(),
             waiters: Some(waiters),
@@ -497,7 +524,7 @@ impl Backend for RedisBackend {
             .key(&keys.holders)
             .key(&keys.hmeta)
             .invoke(&mut con)
-            .map_err(|e| Unavailable(format!("{}: {e}", self.node.addr)))?;
+            .map_err(|e| self.fail(e))?;
         if let Some((mode, rest)) = shared.split_first() {
             for entry in rest.chunks_exact(4) {
                 let mut h = super::read_record(entry[2].as_bytes()).unwrap_or_default();
@@ -520,8 +547,12 @@ impl Backend for RedisBackend {
         let _: i64 = Keys::new(key)
             .del_all()
             .query(&mut con)
-            .map_err(|e| Unavailable(format!("{}: {e}", self.node.addr)))?;
+            .map_err(|e| self.fail(e))?;
         Ok(())
+    }
+
+    fn doctor(&self, ttl: Duration) -> anyhow::Result<Vec<super::ground::Finding>> {
+        doctor::single(&self.node, ttl)
     }
 
     fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
@@ -542,10 +573,10 @@ impl Backend for RedisBackend {
         let mut con = self.node.connect(COMMAND_TIMEOUT)?;
         let _: i64 = release_script(&keys, "")
             .invoke(&mut con)
-            .map_err(|e| Unavailable(format!("{}: {e}", self.node.addr)))?;
+            .map_err(|e| self.fail(e))?;
         let _: i64 = release_shared_script(&keys, "", Mode::Shared)
             .invoke(&mut con)
-            .map_err(|e| Unavailable(format!("{}: {e}", self.node.addr)))?;
+            .map_err(|e| self.fail(e))?;
         Ok(status)
     }
 }

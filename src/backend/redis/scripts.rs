@@ -2,7 +2,9 @@
 //! top) and how they are invoked: each runs atomically in one round trip.
 
 use super::SIGNAL_TTL_MS;
-use redis::Script;
+use redis::{Script, Value};
+
+use super::ground::Seen;
 
 use super::Keys;
 use crate::backend::Request;
@@ -138,18 +140,82 @@ pub(in crate::backend) fn mismatch(req: &Request<'_>, theirs: i64) -> anyhow::Er
     crate::backend::mode_mismatch(req.key, req.mode, &theirs)
 }
 
-/// An acquire script's reply: granted or not (or a mode mismatch), its value, and the server's
-/// uptime in seconds when a grant could read it.
-pub(in crate::backend) fn acquire_reply(
-    reply: Vec<i64>,
-) -> redis::RedisResult<(i64, i64, Option<u64>)> {
-    match reply[..] {
-        [acquired, value] => Ok((acquired, value, None)),
-        [acquired, value, up] => Ok((acquired, value, u64::try_from(up).ok())),
-        _ => Err((
+/// An acquire script's reply: granted or not (or a mode mismatch), its value, and what a
+/// grant read of the server (lua/granted.lua).
+pub(in crate::backend) fn acquire_reply(reply: Value) -> redis::RedisResult<(i64, i64, Seen)> {
+    let bad = || -> redis::RedisError {
+        (
             redis::ErrorKind::UnexpectedReturnType,
             "unexpected reply to the acquire script",
         )
-            .into()),
+            .into()
+    };
+    let items = match reply {
+        Value::Array(items) => items,
+        Value::ServerError(e) => return Err(e.into()),
+        _ => return Err(bad()),
+    };
+    let int = |v: Option<&Value>| match v {
+        Some(Value::Int(n)) => Some(*n),
+        _ => None,
+    };
+    // What the server sends is untrusted: a short word, or nothing.
+    let word = |v: Option<&Value>| match v {
+        Some(Value::BulkString(b)) if b.len() <= 64 => Some(String::from_utf8_lossy(b).into()),
+        _ => None,
+    };
+    let (Some(acquired), Some(value)) = (int(items.first()), int(items.get(1))) else {
+        return Err(bad());
+    };
+    let seen = Seen {
+        up: int(items.get(2)).and_then(|n| u64::try_from(n).ok()),
+        policy: word(items.get(3)),
+        role: word(items.get(4)),
+    };
+    Ok((acquired, value, seen))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_grant_reply_carries_what_info_said() {
+        let full = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(7),
+            Value::Int(42),
+            bulk("allkeys-lru"),
+            bulk("master"),
+        ]);
+        let (a, v, seen) = acquire_reply(full).unwrap();
+        assert_eq!((a, v, seen.up), (1, 7, Some(42)));
+        assert_eq!(seen.policy.as_deref(), Some("allkeys-lru"));
+        assert!(!seen.is_replica());
+        // INFO denied: nils.
+        let denied = Value::Array(vec![Value::Int(1), Value::Int(7), Value::Nil, Value::Nil]);
+        assert_eq!(acquire_reply(denied).unwrap().2, Seen::default());
+        let busy = Value::Array(vec![Value::Int(0), Value::Int(1500)]);
+        assert_eq!(acquire_reply(busy).unwrap().1, 1500);
+        for bad in [
+            Value::Nil,
+            Value::Int(1),
+            Value::Array(vec![]),
+            Value::Array(vec![bulk("1"), Value::Int(1)]),
+        ] {
+            assert!(acquire_reply(bad).is_err());
+        }
+        let huge = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(1),
+            Value::Int(-5),
+            bulk(&"x".repeat(65)),
+        ]);
+        let seen = acquire_reply(huge).unwrap().2;
+        assert_eq!((seen.up, seen.policy), (None, None));
     }
 }

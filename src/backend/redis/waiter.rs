@@ -36,7 +36,8 @@ pub(super) struct Waiter {
 impl Waiter {
     pub(super) fn new(node: &Node) -> anyhow::Result<Waiter> {
         let mut con = node.connect(COMMAND_TIMEOUT)?;
-        let id = client_id(&mut con).map_err(|e| node.error(node.addr.clone(), e))?;
+        let id = client_id(&mut con)
+            .map_err(|e| node.error(format!("{}: CLIENT ID (to wait)", node.addr), e))?;
         Ok(Waiter {
             con,
             node: node.clone(),
@@ -63,6 +64,10 @@ impl Waiter {
     }
 }
 
+/// The connection's `CLIENT ID`: from its first command's probe if that got it, else asked.
 pub(super) fn client_id(con: &mut Connection) -> redis::RedisResult<i64> {
+    if let Some(id) = con.client_id() {
+        return Ok(id);
+    }
     redis::cmd("CLIENT").arg("ID").query(con)
 }

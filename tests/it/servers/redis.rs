@@ -529,6 +529,32 @@ pub(crate) fn shared_redis() -> Option<String> {
         .map(Redis::url)
 }
 
+/// A shared Redis set up the way a lock server should not be: `maxmemory-policy allkeys-lru`,
+/// `CONFIG` renamed away, and a user `blind` (password `blind`) that may run anything but
+/// `INFO`. Aged like the other shared servers.
+pub(crate) fn shared_odd_redis() -> Option<&'static Redis> {
+    static SHARED: OnceLock<Option<Redis>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            aged(Redis::start(&[
+                "--maxmemory-policy",
+                "allkeys-lru",
+                "--rename-command",
+                "CONFIG",
+                "",
+                "--user",
+                "blind",
+                "on",
+                ">blind",
+                "~*",
+                "&*",
+                "+@all",
+                "-info",
+            ]))
+        })
+        .as_ref()
+}
+
 /// Three shared Redis masters for Redlock (`DLOCK_TEST_REDLOCK_URLS`, space-separated, or started
 /// once).
 pub(crate) fn shared_redlock() -> Option<Vec<String>> {
