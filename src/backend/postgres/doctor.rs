@@ -86,21 +86,20 @@ impl PgBackend {
             (Some(_), ground::Reached::Tcp(_)) => {
                 return Finding::ok(
                     CHECK,
-                    "a direct connection (the server sees this client's own port)",
+                    "a direct connection (the server sees this client's own port, and the \
+                     backend is the one its key names)",
                 );
             }
-            (Some(_), ground::Reached::Postmaster) => {
+            (Some(_), ground::Reached::Unix) => {
                 return Finding::ok(
                     CHECK,
-                    "a direct connection (a Unix socket to the postmaster itself)",
+                    "a direct connection (a Unix socket; the backend is the one its key names)",
                 );
             }
-            (None, ground::Reached::Tcp(_)) => match self.behind_proxy(s).await {
+            (None, _) => match self.behind_proxy(s).await {
                 Ok(p) => p,
                 Err(e) => return unsafe_pooling(e.to_string()),
             },
-            (None, _) => return unsafe_pooling(ground::foreign(self.addr()).to_string()),
-            (Some(_), ground::Reached::Unproven) => self.probe(s).await,
         };
         if probe == ground::Probe::NoAnswer {
             return Finding::unknown(
@@ -134,19 +133,12 @@ impl PgBackend {
                 ),
             );
         }
-        if !matches!(s.reached, ground::Reached::Tcp(_)) {
-            Finding::ok(
-                CHECK,
-                "a Unix socket; no pooling by transaction seen (a second client did not land on \
-                 this one's server connection)",
-            )
-        } else {
-            Finding::ok(
-                CHECK,
-                "a proxy or NAT between (the server sees another client port); it keeps one \
-                 server connection per client (session pooling)",
-            )
-        }
+        Finding::ok(
+            CHECK,
+            "a proxy or pooler between (the backend is not the one the key names, or the \
+             server sees another client port); it keeps one server connection per client \
+             (session pooling)",
+        )
     }
 
     /// Whether the pooler refuses a transaction block (PgBouncer's statement mode).

@@ -5,19 +5,18 @@
 //!
 //! The defences ride in statements dlock sends anyway:
 //!
-//! - **Is this a backend of its own?** Over TCP the first lock statement compares the server's
-//!   view of the client port (`inet_client_port()`) with this socket's: equal on a direct
-//!   connection (and through a NAT that keeps ports), where the backend is new and holds
-//!   nothing. Over a Unix socket, a listening peer whose command is `postgres` (the postmaster)
-//!   proves the same. Such a statement just tries (nothing can send its statements elsewhere,
-//!   so it needs no mark: setting one costs ~0.1 ms on a new session).
-//! - **Otherwise nothing is taken blindly.** Behind a proxy the first statement does nothing
-//!   (it answers NULL); a second one refuses a server session that holds any advisory lock — it
-//!   can only be another client's ([`foreign`], 78) — and sets the mark; a second client then
-//!   probes for pooling ([`PgBackend::probe`]: it lands on the first one's server session, so
-//!   it sees the mark: [`pooled`], 78); then the try, only where the mark is ours. Over a Unix
-//!   socket to something else, the first statement itself refuses a session holding any
-//!   advisory lock (the only case that reads `pg_locks` on every run).
+//! - **Is this a backend of its own?** The first lock statement compares `pg_backend_pid()`
+//!   with the process id of the server's BackendKeyData (a pooler sends a key of its own, so
+//!   it can route cancel requests), and over TCP the server's view of the client port
+//!   (`inet_client_port()`) with this socket's. Both equal: a backend of its own, new, holding
+//!   nothing — the statement just tries (nothing can send its statements elsewhere, so it
+//!   needs no mark: setting one costs ~0.1 ms on a new session).
+//! - **Otherwise nothing is taken blindly.** The first statement does nothing (it answers
+//!   NULL); a second one refuses a server session that holds any advisory lock — it can only be
+//!   another client's ([`foreign`], 78) — and sets the mark; a second client then probes for
+//!   pooling ([`PgBackend::probe`]: it lands on the first one's server session, so it sees the
+//!   mark: [`pooled`], 78); then the try, only where the mark is ours and no advisory lock is
+//!   held ([`on_ours_unheld`]).
 //! - **The mark.** A session that something may stand between sets `dlock.session` to a random
 //!   value on its server session;
 //!   every later lock statement, the lease check and the release act only where the mark is
@@ -48,54 +47,58 @@ pub(super) fn new_mark() -> anyhow::Result<String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
-/// How much the first lock statement must check about the server session it lands on.
+/// How dlock reached the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Reached {
-    /// TCP from this local port: the statement compares it with the server's view
-    /// (`inet_client_port()`) and tries nothing when they differ (NULL: behind a proxy). A
-    /// session that passes is a backend of its own, new, holding nothing.
+    /// TCP from this local port, which the first statement compares with the server's view
+    /// (`inet_client_port()`).
     Tcp(u16),
-    /// A Unix socket whose peer is a postmaster: a backend of its own too.
-    Postmaster,
-    /// A Unix socket to something else (a pooler), or a peer that cannot be seen: the session
-    /// may be a server connection other clients used, so one holding any advisory lock is
-    /// refused (NULL) — the only case that reads `pg_locks` on every run (~0.5 ms).
-    Unproven,
+    /// A Unix socket.
+    Unix,
 }
 
-/// Refuses a server session that already holds an advisory lock (no lock statement of this
-/// session ran there yet, so any is another client's).
+/// A server session that already holds an advisory lock (before this session took any, so it
+/// is another client's).
 const HOLDS_LOCKS: &str =
     "EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory')";
 
-/// The first lock statement's expression around `try_expr`, whose value is never NULL. NULL
-/// instead means, over TCP, that the server sees another client port (nothing was done:
-/// [`PgBackend::behind_proxy`] takes over), and on an unproven session that it holds an
-/// advisory lock (another client's: [`foreign`]); there the mark is set before the try. A
-/// direct session gets `try_expr` alone, or behind a port compare: no `pg_locks` (planning a
-/// subquery on that view costs ~0.3 ms on a new session, even unrun) and no mark (setting a
-/// custom setting the first time costs ~0.1 ms) — nothing can move its statements elsewhere.
+/// The first lock statement's expression around `try_expr`, whose value is never NULL: NULL
+/// instead means that the session is not proven to be a backend of its own, and nothing was
+/// done ([`PgBackend::behind_proxy`] takes over). Proven: the backend's pid is the one the
+/// server's BackendKeyData named (a pooler sends a key of its own) and, over TCP, the server
+/// sees this socket's own port. A direct session gets no `pg_locks` in the statement (planning
+/// a subquery on that view costs ~0.3 ms on a new session, even unrun) and no mark (setting a
+/// custom setting the first time costs ~0.1 ms): nothing can send its statements elsewhere.
 pub(super) fn claim(s: &Session, try_expr: &str) -> String {
-    match s.reached {
-        Reached::Tcp(p) => {
-            format!(
-                "CASE WHEN inet_client_port() IS DISTINCT FROM {p} THEN NULL ELSE {try_expr} END"
-            )
-        }
-        Reached::Postmaster => try_expr.to_string(),
-        Reached::Unproven => claim_anywhere(s, try_expr),
-    }
+    let key_pid = s.key_pid.load(Ordering::SeqCst);
+    let port = match s.reached {
+        Reached::Tcp(p) => format!(" OR inet_client_port() IS DISTINCT FROM {p}"),
+        Reached::Unix => String::new(),
+    };
+    format!(
+        "CASE WHEN pg_backend_pid() IS DISTINCT FROM {key_pid}{port} THEN NULL \
+         ELSE {try_expr} END"
+    )
 }
 
-/// [`claim`]'s form for an unproven session, whatever `s` reached: NULL where the server
-/// session holds any advisory lock, else the mark is set and `try_expr` runs. For the extra
-/// sessions of a semaphore's wait, which must not stop at a proxy.
+/// For the extra sessions of a semaphore's wait: NULL where the server session holds any
+/// advisory lock, else the mark is set and `try_expr` runs.
 pub(super) fn claim_anywhere(s: &Session, try_expr: &str) -> String {
     s.guarded.store(true, Ordering::SeqCst);
     format!(
         "CASE WHEN {HOLDS_LOCKS} THEN NULL WHEN {} IS NULL THEN NULL ELSE {try_expr} END",
         set_mark(s)
     )
+}
+
+/// A lock statement that takes a first lock on a guarded session: `expr` only where the mark is
+/// ours and the server session holds no advisory lock (another client's, which a reentrant
+/// lock function would take as this one's), NULL otherwise; `expr` alone on a direct session.
+pub(super) fn on_ours_unheld(s: &Session, expr: &str) -> String {
+    match is_ours(s) {
+        Some(ours) => format!("CASE WHEN {ours} AND NOT {HOLDS_LOCKS} THEN {expr} END"),
+        None => expr.to_string(),
+    }
 }
 
 /// Sets the session's mark (an expression; its value is the mark, never NULL).

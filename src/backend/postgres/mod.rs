@@ -130,6 +130,8 @@ struct Session {
     mark: String,
     /// How the first lock statement checks the server session ([`ground::Reached`]).
     reached: ground::Reached,
+    /// The process id the server's BackendKeyData named (-1: none came).
+    key_pid: Arc<std::sync::atomic::AtomicI64>,
     /// Whether something may stand between (a proxy, an unproven socket): the session's lock
     /// statements then act only where its mark is ([`ground::on_ours`]).
     guarded: std::sync::atomic::AtomicBool,
@@ -176,6 +178,7 @@ impl PgBackend {
     async fn connect(&self, application: &str) -> anyhow::Result<Session> {
         let mut cfg = self.config.config.clone();
         cfg.application_name(application);
+        let key_pid = Arc::new(std::sync::atomic::AtomicI64::new(-1));
         let connecting = tokio::time::timeout(CONNECT_TIMEOUT * 2, async {
             let socket = tokio::time::timeout(
                 CONNECT_TIMEOUT,
@@ -192,7 +195,7 @@ impl PgBackend {
             let link = stream::Link::negotiate(socket, host, &self.config.tls)
                 .await
                 .map_err(Connect::Io)?;
-            cfg.connect_raw(stream::Checked::new(link), NoTls)
+            cfg.connect_raw(stream::Checked::new(link, key_pid.clone()), NoTls)
                 .await
                 .map(|c| (c, reached))
                 .map_err(Connect::Pg)
@@ -231,6 +234,7 @@ impl PgBackend {
             ended,
             mark: ground::new_mark()?,
             reached,
+            key_pid,
             guarded: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -303,6 +307,14 @@ impl PgBackend {
         let rows = result?;
         let row = rows.first().context("no fence returned")?;
         if cell(row, 3) != Some("t") {
+            // The lock was granted on the server session that carries the mark, and this
+            // statement reached another: give it back there if the next one lands on it.
+            if let Some(ours) = ground::is_ours(s) {
+                let undo = format!("SELECT pg_advisory_unlock_all() WHERE {ours}");
+                let _ = self
+                    .simple(client, &undo, COMMAND_TIMEOUT, "give the lock back")
+                    .await;
+            }
             return Err(ground::pooled(self.addr()));
         }
         let fence = cell(row, 0)
@@ -359,13 +371,13 @@ impl PgBackend {
             ))
             .into());
         }
-        match (cell(row, 1), s.reached) {
-            (Some(got), _) => Ok(got.to_string()),
-            (None, ground::Reached::Tcp(_)) => {
+        match cell(row, 1) {
+            Some(got) => Ok(got.to_string()),
+            None => {
                 if self.behind_proxy(s).await? == ground::Probe::Pooled {
                     return Err(ground::pooled(self.addr()));
                 }
-                let again = format!("SELECT {}", ground::on_ours(s, try_expr));
+                let again = format!("SELECT {}", ground::on_ours_unheld(s, try_expr));
                 let rows = self
                     .simple(&s.client, &again, COMMAND_TIMEOUT, "try the lock")
                     .await?;
@@ -374,7 +386,6 @@ impl PgBackend {
                     None => Err(ground::pooled(self.addr())),
                 }
             }
-            (None, _) => Err(ground::foreign(self.addr())),
         }
     }
 
@@ -411,7 +422,7 @@ impl PgBackend {
         let lock_timeout = req.deadline.remaining().map_or(0, |d| d.as_millis().max(1));
         let wait = format!(
             "SET lock_timeout = {lock_timeout}; SELECT {}; SET lock_timeout = 0",
-            ground::on_ours(s, &format!("pg_advisory_lock{shared}({id})"))
+            ground::on_ours_unheld(s, &format!("pg_advisory_lock{shared}({id})"))
         );
         let cancel = s.client.cancel_token();
         tokio::select! {

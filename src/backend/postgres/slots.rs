@@ -70,7 +70,7 @@ impl PgBackend {
         // Only on the server session that carries the mark (super::ground).
         let queue = format!(
             "SET lock_timeout = {lock_timeout}; SELECT {}; SET lock_timeout = 0; SELECT {}",
-            ground::on_ours(&s, &format!("pg_advisory_lock({gate})")),
+            ground::on_ours_unheld(&s, &format!("pg_advisory_lock({gate})")),
             ground::on_ours(&s, &try_any(req.key, n))
         );
         let cancel = s.client.cancel_token();

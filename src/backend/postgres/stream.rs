@@ -7,6 +7,8 @@
 use std::io;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -33,29 +35,14 @@ pub(super) enum Socket {
 
 impl Socket {
     /// What the first lock statement must check about the server session behind this socket
-    /// (see `ground`): over TCP, the local port to compare; over a Unix socket, whether the
-    /// peer that listens is a postmaster (its command name is `postgres`), which forks a
-    /// backend of its own for each connection.
+    /// (see `ground`): over TCP, also the local port, to compare with the server's view.
     pub(super) fn reached(&self) -> super::ground::Reached {
         use super::ground::Reached;
         match self {
             Socket::Tcp(t) => t
                 .local_addr()
-                .map_or(Reached::Unproven, |a| Reached::Tcp(a.port())),
-            Socket::Unix(u) => {
-                let postmaster = u
-                    .peer_cred()
-                    .ok()
-                    .and_then(|c| c.pid())
-                    .filter(|&pid| pid > 0)
-                    .and_then(|pid| std::fs::read(format!("/proc/{pid}/comm")).ok())
-                    .is_some_and(|comm| comm == b"postgres\n");
-                if postmaster {
-                    Reached::Postmaster
-                } else {
-                    Reached::Unproven
-                }
-            }
+                .map_or(Reached::Unix, |a| Reached::Tcp(a.port())),
+            Socket::Unix(_) => Reached::Unix,
         }
     }
 
@@ -130,10 +117,15 @@ pub(super) struct Checked {
     /// Data rows and bytes received since the last `ReadyForQuery`.
     rows: u32,
     bytes: u64,
+    /// The process id the server's BackendKeyData named (-1 until it came): a pooler sends one
+    /// of its own, so it differs from `pg_backend_pid()` behind one (see `ground`).
+    key_pid: Arc<AtomicI64>,
+    /// The bytes of that process id seen so far, while a BackendKeyData body is read.
+    key: Option<(usize, [u8; 4])>,
 }
 
 impl Checked {
-    pub(super) fn new(inner: Link) -> Checked {
+    pub(super) fn new(inner: Link, key_pid: Arc<AtomicI64>) -> Checked {
         Checked {
             inner,
             header: [0; 5],
@@ -141,6 +133,8 @@ impl Checked {
             left: 0,
             rows: 0,
             bytes: 0,
+            key_pid,
+            key: None,
         }
     }
 
@@ -149,6 +143,16 @@ impl Checked {
         while !bytes.is_empty() {
             if self.left > 0 {
                 let n = (self.left.min(bytes.len() as u64)) as usize;
+                if let Some((got, pid)) = &mut self.key {
+                    let take = (4 - *got).min(n);
+                    pid[*got..*got + take].copy_from_slice(&bytes[..take]);
+                    *got += take;
+                    if *got == 4 {
+                        let id = i32::from_be_bytes(*pid);
+                        self.key_pid.store(i64::from(id), Ordering::SeqCst);
+                        self.key = None;
+                    }
+                }
                 self.left -= n as u64;
                 bytes = &bytes[n..];
                 continue;
@@ -176,6 +180,7 @@ impl Checked {
                 match self.header[0] {
                     b'Z' => (self.rows, self.bytes) = (0, 0),
                     b'D' => self.rows = self.rows.saturating_add(1),
+                    b'K' if len >= 8 => self.key = Some((0, [0; 4])),
                     _ => {}
                 }
                 self.bytes = self.bytes.saturating_add(u64::from(len) + 1);
@@ -232,6 +237,11 @@ mod tests {
     use super::*;
 
     fn follow(chunks: &[&[u8]]) -> io::Result<()> {
+        follow_key(chunks).map(|_| ())
+    }
+
+    /// Follows `chunks`; returns the BackendKeyData process id seen (-1: none).
+    fn follow_key(chunks: &[&[u8]]) -> io::Result<i64> {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         a.set_nonblocking(true).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -239,8 +249,27 @@ mod tests {
             .build()
             .unwrap();
         let _g = rt.enter();
-        let mut c = Checked::new(Link::Plain(Socket::Unix(UnixStream::from_std(a).unwrap())));
-        chunks.iter().try_for_each(|ch| c.follow(ch))
+        let pid = Arc::new(AtomicI64::new(-1));
+        let link = Link::Plain(Socket::Unix(UnixStream::from_std(a).unwrap()));
+        let mut c = Checked::new(link, pid.clone());
+        chunks.iter().try_for_each(|ch| c.follow(ch))?;
+        Ok(pid.load(Ordering::SeqCst))
+    }
+
+    #[test]
+    fn the_backend_key_data_pid_is_read_across_reads() {
+        // 'K', length 12: pid 0x01020304, key; then 'Z'.
+        let key: &[u8] = b"K\0\0\0\x0c\x01\x02";
+        let rest: &[u8] = b"\x03\x04abcdZ\0\0\0\x05I";
+        assert_eq!(follow_key(&[key, rest]).unwrap(), 0x0102_0304);
+        // A pid of 0xffffffff is -1 as PostgreSQL's int4: never a real backend's.
+        assert_eq!(
+            follow_key(&[b"K\0\0\0\x0c\xff\xff\xff\xffabcd"]).unwrap(),
+            -1
+        );
+        assert_eq!(follow_key(&[b"Z\0\0\0\x05I"]).unwrap(), -1);
+        // A BackendKeyData too short to hold a pid is not read.
+        assert_eq!(follow_key(&[b"K\0\0\0\x06ab"]).unwrap(), -1);
     }
 
     #[test]
@@ -335,7 +364,7 @@ impl Link {
 }
 
 /// The rustls configuration for `tls`'s mode and roots.
-fn client_config(tls: &Tls) -> io::Result<std::sync::Arc<rustls::ClientConfig>> {
+fn client_config(tls: &Tls) -> io::Result<Arc<rustls::ClientConfig>> {
     use std::sync::Arc;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verify_chain = match tls.mode {
@@ -395,9 +424,9 @@ fn client_config(tls: &Tls) -> io::Result<std::sync::Arc<rustls::ClientConfig>> 
 /// the chain and the name (`verify-full`). The handshake's signatures are always checked.
 #[derive(Debug)]
 struct Verifier {
-    chain: Option<std::sync::Arc<rustls::client::WebPkiServerVerifier>>,
+    chain: Option<Arc<rustls::client::WebPkiServerVerifier>>,
     check_name: bool,
-    provider: std::sync::Arc<rustls::crypto::CryptoProvider>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
 impl rustls::client::danger::ServerCertVerifier for Verifier {

@@ -56,7 +56,9 @@ fn ask(node: &Node, con: &mut Connection, cmd: &redis::Cmd) -> anyhow::Result<As
             crate::report::clean(e.code(), 40),
             server_error(&e),
         )),
-        Ok(other) => Ok(Asked::Text(format!("{other:?}"))),
+        // An answer of another kind (a number, an array): no text to read, and nothing of the
+        // server's is shown as a Rust value.
+        Ok(_) => Ok(Asked::Text(String::new())),
         Err(e) if super::ground::is_closed(&e) => Ok(Asked::Closed),
         Err(e) => Err(node.error(node.addr.clone(), e)),
     }
@@ -310,7 +312,13 @@ fn role_finding(addr: &str, text: &str) -> Finding {
                 format!("point dlock at the primary ({of}) or at the sentinels"),
             )
         }
-        other => Finding::unknown("role", format!("{addr}: INFO says role {other:?}")),
+        other => Finding::unknown(
+            "role",
+            format!(
+                "{addr}: INFO says role '{}'",
+                crate::report::clean(other.unwrap_or("(none)"), 40)
+            ),
+        ),
     }
 }
 

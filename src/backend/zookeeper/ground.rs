@@ -51,8 +51,21 @@ fn srvr(host: &str) -> Result<Srvr, String> {
     s.set_read_timeout(Some(SRVR_TIMEOUT)).ok();
     s.set_write_timeout(Some(SRVR_TIMEOUT)).ok();
     s.write_all(b"srvr").map_err(|e| e.to_string())?;
+    // Read until the server closes, MAX_SRVR bytes, or SRVR_TIMEOUT in all (a server that
+    // trickles a byte per read timeout cannot hold doctor longer).
+    let deadline = std::time::Instant::now() + SRVR_TIMEOUT;
     let mut buf = Vec::new();
-    let _ = s.take(MAX_SRVR).read_to_end(&mut buf);
+    let mut chunk = [0u8; 1024];
+    while (buf.len() as u64) < MAX_SRVR {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n.min((MAX_SRVR as usize) - buf.len())]),
+        }
+    }
     parse_srvr(&String::from_utf8_lossy(&buf))
         .ok_or_else(|| "srvr is not allowed (4lw.commands.whitelist)".into())
 }
