@@ -119,6 +119,9 @@ pub(super) enum Cluster {
     Galera { size: u64 },
     /// A member of a running Group Replication group of `members` live members.
     Group { members: u64 },
+    /// A server set up for Group Replication (`group_replication_group_name` is set) whose
+    /// members could not be read (why).
+    GroupUnread(String),
     /// The server would not say (why).
     Unknown(String),
 }
@@ -184,6 +187,30 @@ pub(super) fn finding(cluster: &Cluster, one_node: bool) -> Finding {
             return Finding::ok(CHECK, "not a Galera node, not in a replication group");
         }
         Cluster::Unknown(why) => return Finding::unknown(CHECK, why),
+        Cluster::GroupUnread(why) if !one_node => {
+            return Finding::unsafe_(
+                CHECK,
+                format!(
+                    "set up for MySQL Group Replication (group_replication_group_name is set), \
+                     and its members could not be read ({why}): GET_LOCK is per node, so two \
+                     holders on two members would both win"
+                ),
+                format!(
+                    "grant dlock's user SELECT on performance_schema.replication_group_members, \
+                     point every dlock at one member and say so with {opt}, or use another \
+                     backend"
+                ),
+            );
+        }
+        Cluster::GroupUnread(_) => {
+            return Finding::ok(
+                CHECK,
+                format!(
+                    "set up for MySQL Group Replication; GET_LOCK is per node, sound because the \
+                     URL states that every dlock uses this one node ({opt})"
+                ),
+            );
+        }
         Cluster::Galera { size } if *size <= 1 => {
             return Finding::ok(
                 CHECK,
@@ -317,6 +344,16 @@ mod tests {
         assert_eq!(cluster_size(&[row("WSREP_CLUSTER_SIZE", " 2 ")]), Some(2));
         assert_eq!(cluster_size(&[row("wsrep_cluster_size", "x")]), None);
         assert_eq!(cluster_size(&[]), None);
+    }
+
+    #[test]
+    fn a_group_whose_members_cannot_be_read_is_unsafe_unless_the_url_says_one_node() {
+        let c = Cluster::GroupUnread("denied".into());
+        let f = finding(&c, false);
+        assert_eq!(f.verdict, Verdict::Unsafe);
+        assert!(f.found.contains("(denied)"), "{}", f.found);
+        assert!(f.fix.unwrap().contains("replication_group_members"));
+        assert_eq!(finding(&c, true).verdict, Verdict::Ok);
     }
 
     #[test]

@@ -102,7 +102,7 @@ impl MysqlBackend {
             );
         }
         let cluster = match (refused, cluster::seen(&row[2..])) {
-            (Some(why), _) => Some(Cluster::Unknown(why)),
+            (Some(why), _) => Some(self.unprivileged(con, why)?),
             (None, Some(seen)) => Some(seen),
             // A Galera node, stated to be the only one used: its cluster's size changes
             // nothing, so it is not asked.
@@ -120,6 +120,29 @@ impl MysqlBackend {
             warn_once(&ro);
         }
         Ok(int(row.first()))
+    }
+
+    /// The cluster, when the probe was refused (`why`), from system variables every user may
+    /// read: `@@global.wsrep_on` (a Galera node, whose size is asked next) and
+    /// `@@global.group_replication_group_name` (a server set up for Group Replication, whose
+    /// members could not be read: refused unless the URL says one node). An unknown variable
+    /// (1193) means its plugin is not loaded. Two more round trips, on this path only.
+    fn unprivileged(&self, con: &mut Conn, why: String) -> anyhow::Result<Cluster> {
+        let ask = |con: &mut Conn, sql: &str| match first_row(con, sql, |r| Ok(r.unwrap())) {
+            Ok(row) => Ok(row.unwrap_or_default().into_iter().next()),
+            Err(mysql::Error::MySqlError(e)) if e.code == 1193 => Ok(None),
+            Err(e) => Err(e),
+        };
+        let wsrep = ask(con, "SELECT @@global.wsrep_on").map_err(|e| self.fail(e))?;
+        if wsrep.as_ref().and_then(cluster::is_on) == Some(true) {
+            return self.galera(con);
+        }
+        let group =
+            ask(con, "SELECT @@global.group_replication_group_name").map_err(|e| self.fail(e))?;
+        Ok(match group {
+            Some(Value::Bytes(b)) if !b.is_empty() => Cluster::GroupUnread(why),
+            _ => Cluster::Plain,
+        })
     }
 
     /// A Galera node's cluster: its size, from the status counter.
@@ -172,7 +195,7 @@ impl MysqlBackend {
             ),
         )];
         let cluster = match (refused, cluster::seen(&row[5..])) {
-            (Some(why), _) => Cluster::Unknown(why),
+            (Some(why), _) => self.unprivileged(&mut con, why)?,
             (None, Some(seen)) => seen,
             (None, None) => self.galera(&mut con)?,
         };
