@@ -86,15 +86,7 @@ impl Postgres {
             eprintln!("SKIPPED: PostgreSQL is not installed");
             return None;
         };
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let dir = PathBuf::from(format!("/tmp/dlock-test-pg-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("sock")).unwrap();
-        let (uid, gid) = postgres_user();
-        for d in [dir.clone(), dir.join("sock")] {
-            std::os::unix::fs::chown(&d, Some(uid), Some(gid)).unwrap();
-        }
+        let dir = server_dir("pg");
         let out = as_postgres(Command::new(bin.join("initdb")))
             .args(auth)
             .args(["-U", "postgres", "--no-sync", "-D"])
@@ -174,15 +166,7 @@ impl Postgres {
 
     /// A new server streaming from this one (`pg_basebackup -R`): a standby, in recovery.
     pub(crate) fn standby(&self) -> Postgres {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let dir = PathBuf::from(format!("/tmp/dlock-test-pgs-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("sock")).unwrap();
-        let (uid, gid) = postgres_user();
-        for d in [dir.clone(), dir.join("sock")] {
-            std::os::unix::fs::chown(&d, Some(uid), Some(gid)).unwrap();
-        }
+        let dir = server_dir("pgs");
         let out = as_postgres(Command::new(self.bin.join("pg_basebackup")))
             .args([
                 "-h",
@@ -244,6 +228,21 @@ impl Drop for Postgres {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A new directory for a server, /tmp/dlock-test-WHAT-PID-N with a `sock` directory in it,
+/// both owned by the postgres user.
+fn server_dir(what: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = PathBuf::from(format!("/tmp/dlock-test-{what}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("sock")).unwrap();
+    let (uid, gid) = postgres_user();
+    for d in [dir.clone(), dir.join("sock")] {
+        std::os::unix::fs::chown(&d, Some(uid), Some(gid)).unwrap();
+    }
+    dir
 }
 
 /// The `postgres` user's uid and gid.
