@@ -90,12 +90,12 @@ fn session_pooling_holds_and_renews() {
         return;
     };
     let b = TestBackend {
-        ttl: Duration::from_secs(1),
+        ttl: Duration::from_secs(2),
         ..TestBackend::postgres(&p.url())
     };
     let key = unique_key("session");
     let marker = scratch("session").join("m");
-    let script = format!("touch {}; sleep 2.5", marker.display());
+    let script = format!("touch {}; sleep 3", marker.display());
     let mut first = Proc::spawn(&mut b.run(&key, &["-v"], &sh(&script)));
     wait_until(Duration::from_secs(10), "the command to run", || {
         marker.exists() || first.child.try_wait().unwrap().is_some()
