@@ -47,7 +47,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s k -l key -d 'The loc
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Semaphore: up to N holders of KEY at once; every user of KEY must give the same N' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'Lease length on the server; renewed every ttl/3' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long for the lock [default: wait forever]' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock was not acquired' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock was not acquired; 0 makes the skip a silent success (`run` only: `acquire` refuses it, as `eval` would take a busy lock for a taken one)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-grace -d 'After SIGTERM to the command (and what it started), how long before SIGKILL' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l reason -d 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l once-per -d 'Skip (exit 75, or -E\'s code) when a run of KEY started less than DURATION ago on any host, by the backend\'s clock; for cron on several hosts' -r
@@ -55,7 +55,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s s -l shared -d 'Shar
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -d 'Try once; do not wait'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l no-history -d 'Leave no record of this run in KEY\'s history (`dlock log`); also DLOCK_NO_HISTORY=1, which --once-per overrides'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Log acquire, renew and release events with timings'
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s b -l backend -d 'Lock backend [default: from the URL\'s scheme, else file]' -r -f -a "file\t'flock(2) on a lock file on this host'
@@ -69,7 +69,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s k -l key -d 'The
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s l -l limit -d 'Semaphore: up to N holders of KEY at once; every user of KEY must give the same N' -r
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l ttl -d 'Lease length on the server; renewed every ttl/3' -r
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s w -l wait -d 'Give up after waiting this long for the lock [default: wait forever]' -r
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock was not acquired' -r
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock was not acquired; 0 makes the skip a silent success (`run` only: `acquire` refuses it, as `eval` would take a busy lock for a taken one)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l kill-grace -d 'After SIGTERM to the command (and what it started), how long before SIGKILL' -r
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l reason -d 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy' -r
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l once-per -d 'Skip (exit 75, or -E\'s code) when a run of KEY started less than DURATION ago on any host, by the backend\'s clock; for cron on several hosts' -r
@@ -83,12 +83,12 @@ complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s s -l shared -d '
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s n -l no-wait -d 'Try once; do not wait'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l no-history -d 'Leave no record of this run in KEY\'s history (`dlock log`); also DLOCK_NO_HISTORY=1, which --once-per overrides'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s v -l verbose -d 'Log acquire, renew and release events with timings'
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l handle -d 'What `dlock acquire` printed as DLOCK_HANDLE' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s v -l verbose -d 'Log acquire, renew and release events with timings'
-complete -c dlock -n "__fish_dlock_using_subcommand release" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand release" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d 'Lock backend [default: from the URL\'s scheme, else file]' -r -f -a "file\t'flock(2) on a lock file on this host'
@@ -101,7 +101,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'Wher
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s k -l key -d 'The lock\'s name; without it, every lock held or waited for on the backend, one line each' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print one JSON object (key, backend, held, holders, ...); without --key, an array of them'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Log acquire, renew and release events with timings'
-complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s b -l backend -d 'Lock backend [default: from the URL\'s scheme, else file]' -r -f -a "file\t'flock(2) on a lock file on this host'
@@ -115,7 +115,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand log" -s k -l key -d 'The loc
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s n -l runs -d 'How many runs to show, newest first' -r
 complete -c dlock -n "__fish_dlock_using_subcommand log" -l json -d 'Print a JSON array of runs instead of text'
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s v -l verbose -d 'Log acquire, renew and release events with timings'
-complete -c dlock -n "__fish_dlock_using_subcommand log" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s b -l backend -d 'Lock backend [default: from the URL\'s scheme, else file]' -r -f -a "file\t'flock(2) on a lock file on this host'
@@ -127,7 +127,7 @@ etcd\t'etcd (the lock recipe of etcdctl lock)'"
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s k -l key -d 'The lock\'s name' -r
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s v -l verbose -d 'Log acquire, renew and release events with timings'
-complete -c dlock -n "__fish_dlock_using_subcommand break" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand break" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -s b -l backend -d 'Lock backend [default: from the URL\'s scheme, else file]' -r -f -a "file\t'flock(2) on a lock file on this host'
@@ -143,7 +143,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand bench" -s o -l ops -d 'Acqui
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -l ttl -d 'Lease length of the benchmark\'s locks' -r
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -l json -d 'Print one JSON object instead of the table'
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -s v -l verbose -d 'Log acquire, renew and release events with timings'
-complete -c dlock -n "__fish_dlock_using_subcommand bench" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s b -l backend -d 'Lock backend [default: from the URL\'s scheme, else file]' -r -f -a "file\t'flock(2) on a lock file on this host'

@@ -276,7 +276,10 @@ pub(crate) fn begin_history(
     match history::RunLog::begin(lease, &cfg.keys, holder, token, cfg.once_per) {
         Ok(log) => Ok(log),
         Err(history::NotBegun::Skipped(line)) => {
-            report::notice(format_args!("{line}"));
+            // An expected skip: `-q` hides it, and `-E 0` makes it a quiet success.
+            if cfg.conflict_code != 0 {
+                report::notice(format_args!("{line}"));
+            }
             Err(cfg.conflict_code)
         }
         Err(history::NotBegun::Failed(e)) => {
@@ -345,6 +348,13 @@ pub(crate) fn take_locks(
     interrupt: &signals::Interrupt,
 ) -> Result<(Box<dyn backend::Backend>, lockset::Held), u8> {
     let name = cfg.target.kind.name();
+    if cfg.implicit_backend && cfg.once_per.is_some() {
+        report::warn(format_args!(
+            "--once-per on the default file backend sees the runs of this host and user only; \
+             set DLOCK_URL (in the crontab too: cron does not read a login shell's exports) to \
+             a server every host shares"
+        ));
+    }
     let backend = backend::open(&cfg.target).map_err(|e| fail(name, &e, cfg.conflict_code))?;
     if let Some(why) = backend.unsupported(cfg.mode) {
         report::error(format_args!("{why}"));
@@ -368,6 +378,7 @@ pub(crate) fn take_locks(
     };
     match lockset::acquire(backend.as_ref(), &want) {
         Ok(held) => Ok((backend, held)),
+        Err(e) if expected_skip(cfg, &e) => Err(cfg.conflict_code),
         Err(e) => {
             let e = if cfg.keys.len() == 1 {
                 e.context(format!("cannot acquire '{}'", cfg.keys[0]))
@@ -377,6 +388,15 @@ pub(crate) fn take_locks(
             Err(fail(name, &e, cfg.conflict_code))
         }
     }
+}
+
+/// Whether `e` is a skip the caller expects and asked not to hear of: the lock is busy and
+/// `-E 0` makes that a success, or it was busy at once (`--no-wait`) under `-q`. A `--wait` that
+/// ran out is still said under `-q`: the caller waited for the lock and did not get it.
+fn expected_skip(cfg: &LockConfig, e: &anyhow::Error) -> bool {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<exit::Busy>())
+        .is_some_and(|busy| cfg.conflict_code == 0 || (!busy.waited && report::is_quiet()))
 }
 
 /// What the command sees: `DLOCK_KEY`, `DLOCK_BACKEND`, `DLOCK_HELD`, the fencing token (when

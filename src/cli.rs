@@ -403,7 +403,8 @@ pub(crate) struct OutputArgs {
     #[arg(short = 'v', long, action = ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
 
-    /// Print nothing but errors
+    /// Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is
+    /// not one)
     #[arg(short = 'q', long)]
     pub quiet: bool,
 }
@@ -437,7 +438,8 @@ pub(crate) struct LockArgs {
     #[arg(short = 'n', long, conflicts_with = "wait")]
     pub no_wait: bool,
 
-    /// Exit code when the lock was not acquired
+    /// Exit code when the lock was not acquired; 0 makes the skip a silent success (`run`
+    /// only: `acquire` refuses it, as `eval` would take a busy lock for a taken one)
     #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::DEFAULT_CONFLICT)]
     pub conflict_exit_code: u8,
 

@@ -118,6 +118,9 @@ pub(crate) struct LockConfig {
     pub history: bool,
     /// Diagnostics level.
     pub verbosity: Verbosity,
+    /// Whether the backend is the default one, chosen by nothing the user gave (no
+    /// `--backend`, no URL, neither in the environment): the file backend, one host's.
+    pub implicit_backend: bool,
 }
 
 impl LockConfig {
@@ -185,6 +188,7 @@ impl LockConfig {
         }
         Ok(LockConfig {
             target: Target::from_args(backend)?,
+            implicit_backend: backend.backend.is_none() && backend.urls.is_empty(),
             once_per: a.once_per,
             // The variable is a default for every run; --once-per on a command line asks for
             // the history explicitly (a global DLOCK_NO_HISTORY=1 must not make every cron
@@ -283,6 +287,14 @@ impl AcquireConfig {
     /// Validates `dlock acquire`'s arguments.
     pub(crate) fn from_args(a: &cli::AcquireArgs) -> Result<AcquireConfig, Usage> {
         let lock = LockConfig::from_args(&a.backend, &a.lock, &a.output)?;
+        if lock.conflict_code == 0 {
+            return Err(Usage(
+                "acquire -E 0 would make a busy lock look taken to `eval`, and the script would \
+                 run its section without it; keep the default (75) and skip with \
+                 `|| exit 0` after the eval"
+                    .into(),
+            ));
+        }
         let owner = match a.owner.as_deref().map(str::trim) {
             None => Owner::Caller,
             Some("none") => Owner::Nobody,

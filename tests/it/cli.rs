@@ -572,3 +572,41 @@ fn enormous_wait_is_forever_not_a_panic() {
         &["true"],
     ));
 }
+
+/// `--once-per` on the default file backend (no backend or URL given anywhere) warns once, naming
+/// DLOCK_URL: cron lines on several hosts would each lock their own file. Chosen explicitly, it
+/// is not warned of.
+#[test]
+fn once_per_on_the_implicit_file_backend_warns() {
+    let key = unique_key("implicit");
+    let out = run_ok(dlock().args(["run", "-k", &key, "--once-per", "1s", "--", "true"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("dlock: warning: --once-per") && err.contains("DLOCK_URL"),
+        "{err}"
+    );
+    let dir = scratch("implicit");
+    let url = format!("file://{}", dir.display());
+    let out = run_ok(dlock().args([
+        "run",
+        "-u",
+        &url,
+        "-k",
+        &key,
+        "--once-per",
+        "1s",
+        "--",
+        "true",
+    ]));
+    assert!(out.stderr.is_empty(), "{}", describe(&out));
+}
+
+/// `acquire -E 0` is refused: a busy lock would look taken to `eval "$(dlock acquire …)"`, and a
+/// `set -e` script would run its section without the lock. The `(exit 2)` ends the eval.
+#[test]
+fn acquire_refuses_a_conflict_code_of_0() {
+    let out = run_code(dlock().args(["acquire", "-E", "0", "-n", "-k", "x"]), 2);
+    assert!(one_error_line(&out).contains("-E 0"), "{}", describe(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "(exit 2)\n");
+}

@@ -132,11 +132,15 @@ pub(crate) fn no_wait_gives_the_conflict_code(b: &TestBackend) {
     assert!(line.contains(b.name) && line.contains("busy"), "{line}");
     run_code(&mut b.run(&key, &["-n", "-E", "3"], &["true"]), 3);
     run_code(&mut b.run(&key, &["--wait", "0s"], &["true"]), 75);
+    // `-E 0` makes the skip a silent success; `-q` silences the usual 75 (cron mails nothing).
     let out = run_code(&mut b.run(&key, &["-n", "-E", "0"], &sh("echo ran")), 0);
     assert!(
         out.stdout.is_empty(),
         "the command must not run without the lock"
     );
+    assert!(out.stderr.is_empty(), "{}", describe(&out));
+    let out = run_code(&mut b.run(&key, &["-n", "-q"], &["true"]), 75);
+    assert!(out.stderr.is_empty(), "{}", describe(&out));
     h.close_stdin();
     let (out, _) = h.wait(Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
