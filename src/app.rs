@@ -110,9 +110,17 @@ fn clap_error(e: &clap::Error) -> u8 {
             return 0;
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            report::error(format_args!(
-                "missing subcommand: run, acquire, release, status, log, break, bench, doctor or completions (see --help)"
-            ));
+            use clap::CommandFactory;
+            let names: Vec<String> = Cli::command()
+                .get_subcommands()
+                .filter(|c| !c.is_hide_set())
+                .map(|c| c.get_name().to_string())
+                .collect();
+            let list = match names.split_last() {
+                Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                None => String::new(),
+            };
+            report::error(format_args!("missing subcommand: {list} (see --help)"));
             return exit::USAGE;
         }
         _ => {}
@@ -124,10 +132,41 @@ fn clap_error(e: &clap::Error) -> u8 {
         .take_while(|l| !l.trim().is_empty())
         .map(str::trim)
         .collect();
-    let line = first.join(" ");
+    let mut line = first.join(" ");
+    // clap's suggestion ("tip: a similar argument exists: '--key'") comes in a later paragraph;
+    // it misses a transposition in a short word (`--kye`), which `did_you_mean` finds.
+    if let Some(tip) = did_you_mean(e).or_else(|| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("tip: "))
+            .map(str::to_string)
+    }) {
+        line = format!("{line}; {tip}");
+    }
     let line = line.strip_prefix("error: ").unwrap_or(&line);
     report::usage_error(format_args!("{line} (see --help)"));
     exit::USAGE
+}
+
+/// For an unknown `--flag`: the subcommand's long flag one edit away (a transposition counts
+/// as one), as "did you mean '--key'?".
+fn did_you_mean(e: &clap::Error) -> Option<String> {
+    use clap::CommandFactory;
+    use clap::error::{ContextKind, ContextValue};
+    if e.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(given)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let given = given.strip_prefix("--")?.split('=').next()?;
+    let sub = std::env::args_os().nth(1)?.into_string().ok()?;
+    let cli = Cli::command();
+    let cmd = cli.find_subcommand(&sub)?;
+    cmd.get_arguments()
+        .filter_map(|a| a.get_long())
+        .filter(|long| strsim::osa_distance(given, long) == 1)
+        .min()
+        .map(|long| format!("did you mean '--{long}'?"))
 }
 
 pub(crate) fn usage(e: &Usage) -> u8 {

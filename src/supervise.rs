@@ -156,6 +156,30 @@ pub struct SpawnError {
     pub message: String,
 }
 
+/// Why the command could not be executed, in words: "not found" or the error's own words
+/// (without "(os error N)"), and, for a lone word with a space in it that was not found, that
+/// the command is not run through a shell.
+fn exec_failure(name: &str, words: usize, e: &io::Error) -> String {
+    let what = match e.kind() {
+        io::ErrorKind::NotFound => "not found".to_string(),
+        io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        _ => {
+            let text = e.to_string();
+            text.split(" (os error")
+                .next()
+                .unwrap_or(&text)
+                .to_lowercase()
+        }
+    };
+    let mut line = format!("cannot run '{name}': {what}");
+    if e.kind() == io::ErrorKind::NotFound && words == 1 && name.contains(' ') {
+        line.push_str(&format!(
+            "; dlock runs the command directly, not through a shell: write sh -c '{name}'"
+        ));
+    }
+    line
+}
+
 /// Starts `command` directly (no shell) under a new guardian, from the main thread (whose
 /// signals are blocked, see `signals`). `deadline` is the lease's, for the guardian to enforce
 /// if dlock cannot; `quiet` silences the guardian's one line. Returns once the command has been
@@ -171,7 +195,7 @@ pub fn spawn(
     let name = command[0].to_string_lossy();
     let fail = |code: u8, e: io::Error| SpawnError {
         code,
-        message: format!("cannot run '{name}': {e}"),
+        message: exec_failure(&name, command.len(), &e),
     };
     // An inherited token (dlock inside dlock) must not pass for ours when we have none.
     // SAFETY: getpgrp takes nothing and cannot fail.

@@ -610,3 +610,39 @@ fn acquire_refuses_a_conflict_code_of_0() {
     assert!(one_error_line(&out).contains("-E 0"), "{}", describe(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "(exit 2)\n");
 }
+
+/// The small things a person meets first: a transposed flag gets a "did you mean", `dlock` alone
+/// lists every subcommand, and a command line given as one word (a shell's job) gets a hint,
+/// in plain words.
+#[test]
+fn first_mistakes_get_plain_hints() {
+    let out = run_code(dlock().args(["run", "--kye", "x", "--", "true"]), 2);
+    let line = one_error_line(&out);
+    assert!(line.contains("did you mean '--key'?"), "{line}");
+    let out = run_code(&mut dlock(), 2);
+    let line = one_error_line(&out);
+    for sub in [
+        "run", "acquire", "release", "status", "log", "break", "doctor",
+    ] {
+        assert!(line.contains(sub), "{sub} missing: {line}");
+    }
+    let dir = scratch("hint");
+    let url = format!("file://{}", dir.display());
+    let run = |cmd: &str| {
+        dlock()
+            .args(["run", "-u", &url, "-k", "hint", "--", cmd])
+            .output()
+            .unwrap()
+    };
+    let out = run("echo hi && echo there");
+    assert_eq!(out.status.code(), Some(127), "{}", describe(&out));
+    let line = one_error_line(&out);
+    assert!(line.contains("sh -c 'echo hi && echo there'"), "{line}");
+    assert!(!line.contains("os error"), "{line}");
+    let out = run("/nonexistent-dlock-test");
+    assert_eq!(out.status.code(), Some(127), "{}", describe(&out));
+    assert_eq!(
+        one_error_line(&out),
+        "dlock: cannot run '/nonexistent-dlock-test': not found"
+    );
+}
