@@ -367,8 +367,8 @@ fn announce_hold_back(
         s => report::short_duration(Duration::from_secs(s)),
     };
     let why = format!(
-        "the {backend} server of '{}' restarted {ago} ago and may have forgotten a holder whose \
-         command still runs; its lock is held back for {} more",
+        "the {backend} server of '{}' started {ago} ago (if it restarted, it forgot its locks, \
+         and a holder from before may still run its command); its lock is held back for {} more",
         young.join("', '"),
         report::short_duration(says)
     );
