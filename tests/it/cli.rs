@@ -64,6 +64,19 @@ const BAD: &[(&[&str], &str)] = &[
     (&["run", "-E", "256", "-k", "x", "--", "true"], "256"),
     (&["run", "-E", "-1", "-k", "x", "--", "true"], "-1"),
     (&["run", "-E", "abc", "-k", "x", "--", "true"], "abc"),
+    // A misspelled URL parameter is not ignored (every backend: here Redis's).
+    (
+        &[
+            "run",
+            "-u",
+            "redis://h?min-replica=1",
+            "-k",
+            "x",
+            "--",
+            "true",
+        ],
+        "unknown parameter 'min-replica'",
+    ),
     (
         &["run", "--no-wait", "--wait", "5s", "-k", "x", "--", "true"],
         "--wait",

@@ -9,8 +9,16 @@ use crate::backend::hosts::HostPort;
 use crate::config::redact;
 use crate::exit::Usage;
 
-/// `url` without its `min-replicas=N` query parameter, and N (0 without it).
+/// `url` without its `min-replicas=N` query parameter, and N (0 without it). Any other
+/// parameter must be one the Redis client reads (`protocol`; over a Unix socket also `db`,
+/// `user`, `pass`): a misspelled one (`?min-replica=1`) is an error, not ignored.
 pub(super) fn take_min_replicas(url: &str) -> Result<(String, u32), String> {
+    let unix = url.starts_with("redis+unix:") || url.starts_with("unix:");
+    let known: &[&str] = if unix {
+        &["protocol", "db", "user", "pass"]
+    } else {
+        &["protocol"]
+    };
     let (head, frag) = match url.find('#') {
         Some(i) => url.split_at(i),
         None => (url, ""),
@@ -29,7 +37,17 @@ pub(super) fn take_min_replicas(url: &str) -> Result<(String, u32), String> {
                     .filter(|n| (1..=100).contains(n))
                     .ok_or_else(|| format!("min-replicas={v}: a number of replicas, 1 to 100"))?;
             }
-            None => kept.push(pair),
+            None => {
+                let name = pair.split('=').next().unwrap_or(pair);
+                if !known.contains(&name) {
+                    return Err(format!(
+                        "unknown parameter '{}' (known: min-replicas, {})",
+                        crate::report::clean(name, 40),
+                        known.join(", ")
+                    ));
+                }
+                kept.push(pair);
+            }
         }
     }
     let query = if kept.is_empty() {
@@ -183,6 +201,10 @@ mod tests {
         assert_eq!(take_min_replicas("redis://h"), Ok(("redis://h".into(), 0)));
         assert!(take_min_replicas("redis://h?min-replicas=0").is_err());
         assert!(take_min_replicas("redis://h?min-replicas=x").is_err());
+        let typo = take_min_replicas("redis://h?min-replica=1").unwrap_err();
+        assert!(typo.contains("unknown parameter 'min-replica'"), "{typo}");
+        assert!(take_min_replicas("redis://h?db=1").is_err());
+        assert!(take_min_replicas("redis+unix:///s.sock?db=1&min-replicas=1").is_ok());
         assert_eq!(
             Node::parse("redis://h?min-replicas=3")
                 .unwrap()
