@@ -78,6 +78,18 @@ const BAD: &[(&[&str], &str)] = &[
         "unknown parameter 'min-replica'",
     ),
     (
+        &[
+            "run",
+            "-u",
+            "postgres://h/db?sslmod=disable",
+            "-k",
+            "x",
+            "--",
+            "true",
+        ],
+        "unknown option `sslmod`",
+    ),
+    (
         &["run", "--no-wait", "--wait", "5s", "-k", "x", "--", "true"],
         "--wait",
     ),

@@ -42,7 +42,13 @@ impl PgConfig {
         let (rest, tls) = take_tls_params(url).map_err(bad)?;
         let mut config: tokio_postgres::Config = rest
             .parse()
-            .map_err(|e: tokio_postgres::Error| bad(e.to_string()))?;
+            // The cause says which parameter ("unknown option `sslmod`").
+            .map_err(
+                |e: tokio_postgres::Error| match std::error::Error::source(&e) {
+                    Some(cause) => bad(format!("{e}: {cause}")),
+                    None => bad(e.to_string()),
+                },
+            )?;
         if config.get_hosts().is_empty() {
             config.host("127.0.0.1");
         }
