@@ -72,12 +72,7 @@ impl Finding {
         found: impl Into<String>,
         fix: impl Into<String>,
     ) -> Finding {
-        Finding {
-            check,
-            verdict: Verdict::Warn,
-            found: found.into(),
-            fix: Some(fix.into()),
-        }
+        Finding::to_change(check, Verdict::Warn, found.into(), fix.into())
     }
 
     pub(crate) fn unsafe_(
@@ -85,11 +80,16 @@ impl Finding {
         found: impl Into<String>,
         fix: impl Into<String>,
     ) -> Finding {
+        Finding::to_change(check, Verdict::Unsafe, found.into(), fix.into())
+    }
+
+    /// A finding with something to change.
+    fn to_change(check: &'static str, verdict: Verdict, found: String, fix: String) -> Finding {
         Finding {
             check,
-            verdict: Verdict::Unsafe,
-            found: found.into(),
-            fix: Some(fix.into()),
+            verdict,
+            found,
+            fix: Some(fix),
         }
     }
 
