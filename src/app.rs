@@ -76,7 +76,7 @@ fn command_code() -> u8 {
             Err(e) => usage(&e),
         },
         Command::Break(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
-            Ok(cfg) => break_lock(&cfg),
+            Ok(cfg) => crate::cmd::break_lock::run(&cfg, a.force, a.wait),
             Err(e) => usage(&e),
         },
         Command::Bench(a) => match crate::config::BenchConfig::from_args(&a) {
@@ -652,22 +652,5 @@ fn list(target: &crate::config::Target, verbosity: crate::model::Verbosity, json
             0
         }
         Err(e) => fail(name, &e.context("cannot list the locks"), 0),
-    }
-}
-
-fn break_lock(cfg: &KeyConfig) -> u8 {
-    report::set_verbosity(cfg.verbosity);
-    let name = cfg.target.kind.name();
-    let result = backend::open(&cfg.target).and_then(|b| b.break_lock(&cfg.key));
-    match result {
-        Ok(s) => {
-            if cfg.verbosity > crate::model::Verbosity::Quiet {
-                let _ = std::io::stdout()
-                    .lock()
-                    .write_all(report::broke_text(&s).as_bytes());
-            }
-            0
-        }
-        Err(e) => fail(name, &e.context(format!("cannot break '{}'", cfg.key)), 0),
     }
 }

@@ -283,12 +283,15 @@ signal, lock lost), fencing token, command and reason. A run killed with SIGKILL
 died, shows \"no end recorded\". At most 100 runs are kept per key."
     )]
     Log(LogArgs),
-    /// Forcibly remove the lock KEY, whoever holds it
+    /// Stop the holder of KEY and free the lock once it has stopped
     #[command(
         name = "break",
-        long_about = "Remove the lock KEY whatever its holder: an operator's tool for stale locks. \
-Prints what it removed and exits 0, also when nothing was held. The holder's dlock notices and \
-terminates its command (exit 79)."
+        long_about = "Tell the holder of KEY to stop: its dlock terminates its command (and everything \
+the command started) and exits 79. The lock passes to the next holder only once the broken \
+command has stopped, or once its lease has run out, so two commands never run at once. Prints \
+whom it broke and when the lock is free at the latest; with --wait, waits until it is. Exits 0, \
+also when nothing was held; 75 when --wait ran out first; 1 for a holder that is not dlock \
+(it cannot be told to stop). --force removes the lock at once instead (unsafe)."
     )]
     Break(BreakArgs),
     /// Measure the backend: lock latency, hand-off latency and throughput
@@ -587,6 +590,16 @@ pub(crate) struct BreakArgs {
     /// The lock's name
     #[arg(short = 'k', long, value_name = "KEY")]
     pub key: String,
+
+    /// Wait until the broken holder has stopped and let go (at most DURATION when given)
+    #[arg(short = 'w', long, value_name = "DURATION", num_args = 0..=1,
+          value_parser = parse_duration)]
+    pub wait: Option<Option<Duration>>,
+
+    /// Remove the lock now, without waiting for its holder to stop: UNSAFE, the next holder
+    /// may start while the broken command still runs
+    #[arg(long, conflicts_with = "wait")]
+    pub force: bool,
 
     #[command(flatten)]
     pub output: OutputArgs,

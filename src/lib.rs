@@ -31,6 +31,7 @@ mod backend;
 mod bench;
 mod cli;
 mod clock;
+mod cmd;
 mod config;
 mod doctor;
 mod events;

@@ -316,6 +316,10 @@ pub(crate) struct Holder {
     /// The server's name for this holder's entry, where it has one (a ZooKeeper lock node).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// Set when a `dlock break` told this holder to stop: it keeps the lock until it has
+    /// stopped its command (or, on a backend with leases, until its lease runs out).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub broken: bool,
 }
 
 impl From<Record> for Holder {

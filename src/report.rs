@@ -341,6 +341,9 @@ pub(crate) fn status_text(s: &Status) -> String {
         if let Some(d) = h.held_for() {
             out.push_str(&format!(" for {}", short_duration(d)));
         }
+        if h.broken {
+            out.push_str(" (broken: stopping its command)");
+        }
         out.push('\n');
         if let Some(c) = &h.command {
             out.push_str(&format!("    command: {}\n", clean(c, MAX_FIELD)));
@@ -412,10 +415,12 @@ fn owner_text(o: &crate::model::OwnerRecord) -> String {
 }
 
 /// `dlock break`'s report of what it removed.
-pub(crate) fn broke_text(s: &Status) -> String {
+/// What `dlock break` did: "{verb} 'KEY' on BACKEND (held by …){then}", or that nothing was
+/// held. `then` is the command's own words (when the lock is free), never a server's.
+pub(crate) fn broke_text(s: &Status, verb: &str, then: &str) -> String {
     if !s.held {
         return format!(
-            "'{}' on {} was not held; nothing removed\n",
+            "'{}' on {} was not held; nothing to break\n",
             s.key, s.backend
         );
     }
@@ -431,7 +436,7 @@ pub(crate) fn broke_text(s: &Status) -> String {
         })
         .collect();
     format!(
-        "removed '{}' on {} (was held by {})\n",
+        "{verb} '{}' on {} (held by {}){then}\n",
         s.key,
         s.backend,
         holders.join(", ")
@@ -519,7 +524,7 @@ mod tests {
             s.waiters = waiters;
             let s = s.with_mode();
             let list = list_text("redis", "h:1", std::slice::from_ref(&s), &[]);
-            for text in [status_text(&s), broke_text(&s), list] {
+            for text in [status_text(&s), broke_text(&s, "broke", ""), list] {
                 proptest::prop_assert!(
                     !text.chars().any(|c| (c.is_control() && c != '\n') || invisible(c)),
                     "{:?}", text

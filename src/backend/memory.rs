@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::{Backend, Lease, RenewError, Request};
+use super::{Backend, BreakHow, Broken, Lease, RenewError, Request};
 use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::exit::{Interrupted, Unavailable};
@@ -214,10 +214,15 @@ impl Backend for Memory {
         Ok(status)
     }
 
-    fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
-        let status = self.status(key)?;
-        self.remove(key.as_str());
-        Ok(status)
+    fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
+        // Not yet safe on this backend: both ways remove the lock at once.
+        let _ = how;
+        let removed = || -> anyhow::Result<Status> {
+            let status = self.status(key)?;
+            self.remove(key.as_str());
+            Ok(status)
+        };
+        removed().map(Broken::now)
     }
 }
 

@@ -278,9 +278,34 @@ pub(crate) trait Backend {
         Ok(())
     }
 
-    /// Removes `key`'s lock whoever holds it; returns the status just before. Idempotent: a free
-    /// lock is not an error.
-    fn break_lock(&self, key: &Key) -> anyhow::Result<Status>;
+    /// `dlock break` ([`BreakHow`]): a safe break tells `key`'s dlock holders to stop and
+    /// removes nothing before they have (or before their leases have run out); a forced one
+    /// removes the lock at once. Returns the status just before. Idempotent: a free lock is not
+    /// an error. Holders that are not dlock (`foreign`) are the caller's to refuse first.
+    fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken>;
+
+    /// After a safe break: blocks until none of `broken`'s holders holds `key` any more (the
+    /// lock is free, or held by someone else), or until `deadline`; `Ok(false)` when the
+    /// deadline came first. The default asks [`Backend::status`] every [`BREAK_LOOK_EVERY`]:
+    /// `break` is an operator's command, not a waiter in the lock's queue.
+    fn await_broken(
+        &self,
+        key: &Key,
+        broken: &Broken,
+        deadline: Deadline,
+    ) -> anyhow::Result<bool> {
+        loop {
+            let now = self.status(key)?;
+            if !broken.still_held(&now) {
+                return Ok(true);
+            }
+            match deadline.remaining() {
+                Some(left) if left.is_zero() => return Ok(false),
+                Some(left) => std::thread::sleep(left.min(BREAK_LOOK_EVERY)),
+                None => std::thread::sleep(BREAK_LOOK_EVERY),
+            }
+        }
+    }
 
     /// `key`'s run history ([`crate::history`]): the stored events, newest first, at most
     /// [`MAX_EVENTS`](crate::history::MAX_EVENTS). Empty where the backend keeps none.
@@ -302,6 +327,77 @@ pub(crate) trait Backend {
         let _ = (key, end);
         Ok(())
     }
+}
+
+/// How often [`Backend::await_broken`] looks by default.
+pub(crate) const BREAK_LOOK_EVERY: Duration = Duration::from_millis(200);
+
+/// How `dlock break` ends a lock's holders.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BreakHow {
+    /// Tell the holders to stop; the lock passes on only when they have (or when their leases
+    /// have run out): the next holder's command never runs beside the broken one's.
+    Safe,
+    /// `--force`: remove the lock now. The broken holder's command may run on until its dlock
+    /// notices (up to a renewal interval and the kill grace) while the next one starts.
+    Force,
+}
+
+/// When a broken lock is free again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Frees {
+    /// Now: forced, or nothing was held.
+    Now,
+    /// When the broken holders have stopped their commands and let go, at the latest after
+    /// this long (their leases run out then, renewed by no one).
+    Within(Duration),
+    /// When the broken holders have stopped their commands and let go; they see the break
+    /// within this long (a renewal interval) and then stop as on any loss. A holder that is
+    /// stuck keeps the lock: only `--force` takes it from it.
+    WhenStopped(Duration),
+}
+
+/// What a `dlock break` did ([`Backend::break_lock`]).
+pub(crate) struct Broken {
+    /// The lock just before.
+    pub status: Status,
+    /// When it is free again.
+    pub frees: Frees,
+    /// What must live until the broken holders are gone (a server session whose lock is the
+    /// mark they see); `break` then waits for them before it exits.
+    pub keep: Option<Box<dyn std::any::Any>>,
+}
+
+impl Broken {
+    /// A break that found nothing held, or removed the lock at once.
+    pub(crate) fn now(status: Status) -> Broken {
+        Broken {
+            status,
+            frees: Frees::Now,
+            keep: None,
+        }
+    }
+
+    /// Whether any holder this break broke still holds the lock in `now`.
+    pub(crate) fn still_held(&self, now: &Status) -> bool {
+        now.holders
+            .iter()
+            .any(|h| self.status.holders.iter().any(|b| same_holder(b, h)))
+    }
+}
+
+/// Whether two views of holders are the same holder: the same server session, or the same
+/// process (host, pid namespace, pid, start) with the same token.
+fn same_holder(a: &Holder, b: &Holder) -> bool {
+    if let (Some(x), Some(y)) = (&a.session, &b.session) {
+        return x == y;
+    }
+    a.foreign == b.foreign
+        && a.host == b.host
+        && a.pid == b.pid
+        && a.pidns == b.pidns
+        && a.since_ms == b.since_ms
+        && a.fencing_token == b.fencing_token
 }
 
 /// Why a renewal failed.

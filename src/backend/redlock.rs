@@ -20,7 +20,7 @@ use crate::history::{Begun, MAX_EVENTS, Stored};
 use super::redis::{
     COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, acquire_script, release_script, script, token,
 };
-use super::{Backend, Lease, RenewError, Request};
+use super::{Backend, BreakHow, Broken, Lease, RenewError, Request};
 use crate::clock::{BootInstant, drift_margin};
 use crate::exit::{Interrupted, Unavailable, Usage};
 use crate::model::{BackendKind, Key};
@@ -362,11 +362,16 @@ impl Backend for Redlock {
         Ok(status)
     }
 
-    fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
-        let status = self.status(key)?;
-        let keys = Keys::new(key);
-        Self::release_all(&mut self.slots(), &keys, "", COMMAND_TIMEOUT);
-        Ok(status)
+    fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
+        // Not yet safe on this backend: both ways remove the lock at once.
+        let _ = how;
+        let removed = || -> anyhow::Result<Status> {
+            let status = self.status(key)?;
+            let keys = Keys::new(key);
+            Self::release_all(&mut self.slots(), &keys, "", COMMAND_TIMEOUT);
+            Ok(status)
+        };
+        removed().map(Broken::now)
     }
 
     /// Every master's events, merged: one copy of each (by its bytes), newest first by the

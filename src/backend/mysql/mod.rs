@@ -46,7 +46,7 @@ use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder};
 use sha2::{Digest, Sha256};
 
-use super::{Backend, Lease, Reach, RenewError, Request};
+use super::{Backend, BreakHow, Broken, Lease, Reach, RenewError, Request};
 use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::config::redact;
@@ -365,8 +365,13 @@ impl Backend for MysqlBackend {
         self.purge_history(&mut con, key)
     }
 
-    fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
-        self.break_holders(key)
+    fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
+        // Not yet safe on this backend: both ways remove the lock at once.
+        let _ = how;
+        let removed = || -> anyhow::Result<Status> {
+            self.break_holders(key)
+        };
+        removed().map(Broken::now)
     }
 
     fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {

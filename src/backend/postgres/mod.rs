@@ -46,7 +46,7 @@ use tokio_postgres::{Client, NoTls};
 use self::rows::cell;
 
 use self::lease::PgLease;
-use super::{Backend, Lease, Reach, Request};
+use super::{Backend, BreakHow, Broken, Lease, Reach, Request};
 use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::exit::{Interrupted, Unavailable};
@@ -605,26 +605,31 @@ impl Backend for PgBackend {
         })
     }
 
-    fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
-        let rt = self.runtime()?;
-        rt.block_on(async {
-            let s = self.connect("dlock break").await?;
-            let status = self.status_on(&s.client, key).await?;
-            // The key's own lock and every semaphore slot.
-            let sql = format!(
-                "SELECT pid, pg_terminate_backend(pid) FROM pg_locks WHERE granted AND {}",
-                advisory_on("", &held_ids(key))
-            );
-            self.simple(&s.client, &sql, COMMAND_TIMEOUT, "end the holder's session")
-                .await
-                .map_err(|e| {
-                    e.context(
-                        "ending another user's session needs the pg_signal_backend role (or \
-                         superuser)",
-                    )
-                })?;
-            Ok(status)
-        })
+    fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
+        // Not yet safe on this backend: both ways remove the lock at once.
+        let _ = how;
+        let removed = || -> anyhow::Result<Status> {
+            let rt = self.runtime()?;
+            rt.block_on(async {
+                let s = self.connect("dlock break").await?;
+                let status = self.status_on(&s.client, key).await?;
+                // The key's own lock and every semaphore slot.
+                let sql = format!(
+                    "SELECT pid, pg_terminate_backend(pid) FROM pg_locks WHERE granted AND {}",
+                    advisory_on("", &held_ids(key))
+                );
+                self.simple(&s.client, &sql, COMMAND_TIMEOUT, "end the holder's session")
+                    .await
+                    .map_err(|e| {
+                        e.context(
+                            "ending another user's session needs the pg_signal_backend role (or \
+                             superuser)",
+                        )
+                    })?;
+                Ok(status)
+            })
+        };
+        removed().map(Broken::now)
     }
 
     fn doctor(&self, ttl: Duration) -> anyhow::Result<Vec<crate::backend::ground::Finding>> {

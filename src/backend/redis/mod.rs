@@ -45,7 +45,7 @@ use self::scripts::{STATUS_SHARED, mismatch, release_for, release_shared_script}
 use self::sentinel::Sentinels;
 use self::waiter::{Waiter, forget_waiter};
 
-use super::{Backend, Lease, Reach, Request};
+use super::{Backend, BreakHow, Broken, Lease, Reach, Request};
 use crate::backend::Grant;
 use crate::clock::BootInstant;
 use crate::exit::{Interrupted, Unavailable, Usage};
@@ -567,16 +567,21 @@ impl Backend for RedisBackend {
             .map_err(|e| self.node.error(self.node.addr.clone(), e))
     }
 
-    fn break_lock(&self, key: &Key) -> anyhow::Result<Status> {
-        let status = self.status(key)?;
-        let keys = Keys::new(key);
-        let mut con = self.node.connect(COMMAND_TIMEOUT)?;
-        let _: i64 = release_script(&keys, "")
-            .invoke(&mut con)
-            .map_err(|e| self.fail(e))?;
-        let _: i64 = release_shared_script(&keys, "", Mode::Shared)
-            .invoke(&mut con)
-            .map_err(|e| self.fail(e))?;
-        Ok(status)
+    fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
+        // Not yet safe on this backend: both ways remove the lock at once.
+        let _ = how;
+        let removed = || -> anyhow::Result<Status> {
+            let status = self.status(key)?;
+            let keys = Keys::new(key);
+            let mut con = self.node.connect(COMMAND_TIMEOUT)?;
+            let _: i64 = release_script(&keys, "")
+                .invoke(&mut con)
+                .map_err(|e| self.fail(e))?;
+            let _: i64 = release_shared_script(&keys, "", Mode::Shared)
+                .invoke(&mut con)
+                .map_err(|e| self.fail(e))?;
+            Ok(status)
+        };
+        removed().map(Broken::now)
     }
 }
