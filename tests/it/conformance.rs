@@ -6,6 +6,10 @@ use std::io::Write;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+pub(crate) use crate::breaking::{
+    break_never_lets_a_waiter_start_beside_the_holder, break_stops_the_holder_with_79,
+    forced_break_removes_the_lock_at_once,
+};
 use crate::util::*;
 
 /// Expands to one `#[test]` per conformance case for a backend, e.g.
@@ -27,6 +31,8 @@ macro_rules! conformance {
             kill_9_of_dlock_kills_the_command_and_frees_the_lock,
             status_reports_the_holder,
             break_stops_the_holder_with_79,
+            break_never_lets_a_waiter_start_beside_the_holder,
+            forced_break_removes_the_lock_at_once,
             interrupt_while_waiting_leaves_nothing_behind,
             hostile_holder_metadata_never_reaches_the_terminal,
             status_without_a_key_lists_the_busy_locks,
@@ -399,41 +405,6 @@ pub(crate) fn status_reports_the_holder(b: &TestBackend) {
     let s = b.status(&key);
     assert_eq!(s["held"], false, "{s}");
     assert_eq!(s["holders"].as_array().unwrap().len(), 0, "{s}");
-}
-
-pub(crate) fn break_stops_the_holder_with_79(b: &TestBackend) {
-    let key = unique_key("break");
-    let dir = scratch("break");
-    let m = marker(&dir, "pid");
-    let p = Proc::spawn(&mut b.run(
-        &key,
-        &["--kill-grace", "1s"],
-        &sh(&format!("echo $$ > {m}; exec sleep 30")),
-    ));
-    let child: i32 = wait_for_file(std::path::Path::new(&m), Duration::from_secs(10))
-        .parse()
-        .unwrap();
-    let out = run_ok(b.cmd("break").args(["-k", &key]));
-    let said = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        said.contains("removed") && said.contains(&format!("pid {}", p.pid())),
-        "{said}"
-    );
-    let (out, took) = {
-        let broke = Instant::now();
-        let (out, _) = p.wait(b.notice + Duration::from_secs(5));
-        (out, broke.elapsed())
-    };
-    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
-    assert!(one_error_line(&out).contains("lost"), "{}", describe(&out));
-    assert!(
-        took < b.notice + Duration::from_secs(1),
-        "noticed after {took:?}"
-    );
-    assert!(!alive(child));
-    let out = run_ok(b.cmd("break").args(["-k", &key]));
-    assert!(String::from_utf8(out.stdout).unwrap().contains("not held"));
-    assert!(b.is_free(&key));
 }
 
 pub(crate) fn interrupt_while_waiting_leaves_nothing_behind(b: &TestBackend) {

@@ -47,8 +47,8 @@ fn lock_dir(b: &TestBackend) -> std::path::PathBuf {
     std::path::PathBuf::from(b.args[3].strip_prefix("file://").unwrap())
 }
 
-/// A waiter blocked on a lock file that `break` unlinks must not end up holding the orphaned
-/// inode while someone else holds the new file.
+/// A waiter blocked on a lock file that `break --force` unlinks must not end up holding the
+/// orphaned inode while someone else holds the new file.
 #[test]
 fn waiter_on_a_broken_lock_file_does_not_double_hold() {
     let b = TestBackend::file();
@@ -67,7 +67,7 @@ fn waiter_on_a_broken_lock_file_does_not_double_hold() {
         &sh(&format!("echo > {}", ran.display())),
     ));
     wait_until_waiting(&b, &key, 1);
-    run_ok(b.cmd("break").args(["-k", &key]));
+    run_ok(b.cmd("break").args(["-k", &key, "--force"]));
     // A newcomer takes the new lock file at once...
     let mut second = Proc::spawn(&mut b.run(
         &key,

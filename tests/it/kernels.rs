@@ -21,6 +21,7 @@ macro_rules! on_kernel {
             kill_grace_escalates_to_sigkill,
             kill_9_of_dlock_kills_the_command_and_frees_the_lock,
             break_stops_the_holder_with_79,
+            break_never_lets_a_waiter_start_beside_the_holder,
             interrupt_while_waiting_leaves_nothing_behind,
         );
         crate::tree!($make.on($kernel));

@@ -2,6 +2,7 @@
 
 mod acquire;
 mod bench;
+mod breaking;
 mod cli;
 mod conformance;
 mod etcd;

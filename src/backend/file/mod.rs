@@ -13,6 +13,7 @@
 //!
 //! This module does not know about children or renewal schedules; see `keeper` and `supervise`.
 
+mod broken;
 mod ground;
 mod history;
 mod paths;
@@ -121,6 +122,8 @@ impl FileBackend {
             data.sharers.clear();
             data.limit = None;
             write_data(&file, &data).with_context(|| format!("cannot write {}", path.display()))?;
+            // Everyone a break marked has let go of the flock we now hold.
+            broken::clear(&path);
             return Ok(Box::new(FileLease {
                 grant: Grant {
                     fence: data.fence,
@@ -319,6 +322,11 @@ impl Backend for FileBackend {
             holder.host.get_or_insert_with(super::hostname);
             status.holders.push(holder);
         }
+        if let Some(upto) = broken::read(&path) {
+            for h in &mut status.holders {
+                h.broken = h.fencing_token.is_some_and(|t| t <= upto);
+            }
+        }
         status.held = !status.holders.is_empty();
         if status
             .holders
@@ -333,6 +341,7 @@ impl Backend for FileBackend {
     fn purge(&self, key: &Key) -> anyhow::Result<()> {
         let path = self.path(key);
         let _ = std::fs::remove_file(history::path_of(&path));
+        broken::clear(&path);
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
                 Err(e).with_context(|| format!("cannot remove {}", path.display()))
@@ -357,23 +366,39 @@ impl Backend for FileBackend {
         Ok(findings)
     }
 
+    /// Safe: a mark beside the lock file ([`broken`]) that its holders see at their next
+    /// check; they let go of the flock once their commands have stopped. Forced: the lock file
+    /// is unlinked, and a new one can be locked at once.
     fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
-        // Not yet safe on this backend: both ways remove the lock at once.
-        let _ = how;
-        let removed = || -> anyhow::Result<Status> {
-            let status = self.status(key)?;
-            if status.held {
-                let path = self.path(key);
-                match std::fs::remove_file(&path) {
-                    Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                        return Err(e).with_context(|| format!("cannot remove {}", path.display()));
-                    }
-                    _ => {}
+        let mut status = self.status(key)?;
+        if !status.held {
+            return Ok(Broken::now(status));
+        }
+        let path = self.path(key);
+        if how == BreakHow::Force {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(e).with_context(|| format!("cannot remove {}", path.display()));
                 }
+                _ => {}
             }
-            Ok(status)
-        };
-        removed().map(Broken::now)
+            return Ok(Broken::now(status));
+        }
+        let upto = status
+            .holders
+            .iter()
+            .filter_map(|h| h.fencing_token)
+            .max()
+            .context("the holders have no fencing token to mark as broken")?;
+        broken::write(&path, upto)?;
+        for h in &mut status.holders {
+            h.broken = true;
+        }
+        Ok(Broken {
+            status,
+            frees: super::Frees::WhenStopped(CHECK_EVERY),
+            keep: None,
+        })
     }
 }
 
@@ -424,6 +449,14 @@ impl Lease for FileLease {
                 }
                 Err(e) => return Err(RenewError::Failed(e)),
             }
+        }
+        if let (Some(upto), Some(mine)) = (broken::read(&self.path), self.grant.fence)
+            && mine <= upto
+        {
+            return Err(RenewError::Lost(format!(
+                "dlock break told it to stop ({} is there)",
+                broken::path_of(&self.path).display()
+            )));
         }
         Ok(())
     }

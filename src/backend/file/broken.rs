@@ -1,0 +1,88 @@
+//! The mark a safe `dlock break` leaves beside a lock file: `<lock file>.broken`, holding the
+//! largest fencing token it broke. Every holder with a token up to it sees the mark at its next
+//! check ([`super::CHECK_EVERY`]) and stops as on any loss, then lets go of its flock; the
+//! waiters, blocked in `flock`, get the lock only then. Tokens only grow, so a mark left behind
+//! never touches a later holder; the next exclusive holder removes it.
+
+use std::fs::OpenOptions;
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+/// The mark's path beside the lock file at `lock`.
+pub(super) fn path_of(lock: &Path) -> PathBuf {
+    let mut p = lock.as_os_str().to_owned();
+    p.push(".broken");
+    PathBuf::from(p)
+}
+
+/// The largest token broken at `lock`, if a mark is there. Anything that is not a small
+/// decimal number (a mark another user planted or truncated) counts as no mark.
+pub(super) fn read(lock: &Path) -> Option<u64> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path_of(lock))
+        .ok()?;
+    if !file.metadata().ok()?.file_type().is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    Read::take(&mut file, 32).read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
+/// Marks every holder of `lock` with a token up to `upto` as broken (keeping a larger mark).
+/// Written to a new file and renamed into place: a hard link another user planted at the
+/// mark's path is replaced, never written through.
+pub(super) fn write(lock: &Path, upto: u64) -> anyhow::Result<()> {
+    let upto = read(lock).map_or(upto, |had| had.max(upto));
+    let mark = path_of(lock);
+    let mut tmp = mark.as_os_str().to_owned();
+    tmp.push(format!(".{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let written = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(format!("{upto}\n").as_bytes())?;
+        std::fs::rename(&tmp, &mark)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.with_context(|| format!("cannot write {}", mark.display()))
+}
+
+/// Removes the mark: called by an exclusive holder, which holds the flock, so every holder the
+/// mark was for has let go.
+pub(super) fn clear(lock: &Path) {
+    let _ = std::fs::remove_file(path_of(lock));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_keep_the_largest_token_and_ignore_garbage() {
+        let dir = std::env::temp_dir().join(format!("dlock-broken-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lock = dir.join("k.lock");
+        assert_eq!(read(&lock), None);
+        write(&lock, 7).unwrap();
+        write(&lock, 5).unwrap();
+        assert_eq!(read(&lock), Some(7));
+        std::fs::write(path_of(&lock), "x".repeat(100)).unwrap();
+        assert_eq!(read(&lock), None);
+        clear(&lock);
+        assert_eq!(read(&lock), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
