@@ -27,6 +27,7 @@ mod http;
 mod names;
 mod queue;
 mod reply;
+mod tombstone;
 mod url;
 
 use std::time::{Duration, Instant};
@@ -228,6 +229,7 @@ impl Backend for EtcdBackend {
                 acquired_at: sent,
                 addr: self.addr.clone(),
                 history: (req.mode == Mode::Exclusive).then(|| history::Place::of(req.key)),
+                broken: false,
             })),
             Err(e) => {
                 // After a signal: quickly, and not ended by the signal itself (its wait took
@@ -313,21 +315,22 @@ impl Backend for EtcdBackend {
         history::Place::of(key).end(&mut self.client(), &|e| self.fail(e), end)
     }
 
+    /// Safe: each holder's key becomes a tombstone on a lease of the break's own, and the
+    /// holders' leases are revoked ([`tombstone`]). Forced: the holders' leases (a tombstone's:
+    /// the break's) are revoked, which deletes their keys at once.
     fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
-        // Not yet safe on this backend: both ways remove the lock at once.
-        let _ = how;
-        let removed = || -> anyhow::Result<Status> {
-            let status = self.status(key)?;
-            let mut c = self.client();
-            let (entries, _) = self.entries(&mut c, &lock_prefix(key), None)?;
-            for e in entries.iter().take(holders(&entries)) {
-                c.call("/v3/lease/revoke", &json!({ "ID": e.lease.to_string() }))
-                    .map_err(|err| self.fail(err))
-                    .with_context(|| format!("cannot revoke lease {:x}", e.lease))?;
-            }
-            Ok(status)
-        };
-        removed().map(Broken::now)
+        if how == BreakHow::Safe {
+            return self.break_safely(key);
+        }
+        let status = self.status(key)?;
+        let mut c = self.client();
+        let (entries, _) = self.entries(&mut c, &lock_prefix(key), None)?;
+        for e in entries.iter().take(holders(&entries)) {
+            c.call("/v3/lease/revoke", &json!({ "ID": e.lease.to_string() }))
+                .map_err(|err| self.fail(err))
+                .with_context(|| format!("cannot revoke lease {:x}", e.lease))?;
+        }
+        Ok(Broken::now(status))
     }
 }
 
@@ -517,6 +520,8 @@ struct EtcdLease {
     addr: String,
     /// Where the key's run history lives: exclusive leases only.
     history: Option<history::Place>,
+    /// Whether a safe break made our key its tombstone (seen by [`Lease::renew`]).
+    broken: bool,
 }
 
 impl Lease for EtcdLease {
@@ -532,6 +537,8 @@ impl Lease for EtcdLease {
         Some(self.ttl)
     }
 
+    /// A keep-alive, then a read of the own key (keys only): gone, or moved to another lease (a
+    /// safe break's tombstone, [`tombstone`]), is a loss.
     fn renew(&mut self) -> Result<(), RenewError> {
         let failed = |e: Error| RenewError::Failed(anyhow::anyhow!("etcd {}", e));
         let bad = |e: String| RenewError::Failed(anyhow::anyhow!("etcd {e}"));
@@ -543,21 +550,29 @@ impl Lease for EtcdLease {
             )
             .map_err(failed)?;
         let k: reply::KeepAlive = decode(&k, "keep-alive").map_err(bad)?;
+        let own = tombstone::own_key(&mut self.client, &self.key)
+            .map(|kv| kv.filter(|kv| kv.create_revision == self.rev));
+        if let Ok(Some(kv)) = &own
+            && kv.lease != self.lease
+        {
+            self.broken = true;
+            return Err(RenewError::Lost(format!(
+                "etcd {}: dlock break told it to stop (it moved the lock key {} off lease {:x})",
+                self.addr,
+                crate::report::clean(
+                    &String::from_utf8_lossy(&self.key),
+                    crate::report::MAX_FIELD
+                ),
+                self.lease
+            )));
+        }
         if k.result.ttl <= 0 {
             return Err(RenewError::Lost(format!(
-                "etcd {}: lease {:x} expired or was revoked (dlock break?)",
+                "etcd {}: lease {:x} expired or was revoked (dlock break --force?)",
                 self.addr, self.lease
             )));
         }
-        let r = self
-            .client
-            .call(
-                "/v3/kv/range",
-                &json!({ "key": b64(&self.key), "count_only": true }),
-            )
-            .map_err(failed)?;
-        let r: reply::Range = decode(&r, "range").map_err(bad)?;
-        if r.count == 0 {
+        if own.map_err(bad)?.is_none() {
             return Err(RenewError::Lost(format!(
                 "etcd {}: the lock key {} was deleted",
                 self.addr,
@@ -571,6 +586,12 @@ impl Lease for EtcdLease {
     }
 
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+        if self.broken {
+            // Our lease is gone; our key lives on as the break's tombstone until we delete it.
+            tombstone::clear(&mut self.client, &self.key, self.rev);
+            let _ = revoke_lease(&mut self.client, self.lease);
+            return Ok(());
+        }
         revoke_lease(&mut self.client, self.lease)
             .map_err(|e| anyhow::anyhow!("etcd {}: {e}", self.addr))
     }

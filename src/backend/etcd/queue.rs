@@ -16,17 +16,30 @@ pub(super) struct Entry {
     pub(super) lease: i64,
     /// dlock's record, or `None` for a key that is not dlock's (etcdctl lock, a Go Mutex).
     pub(super) record: Option<Holder>,
+    /// The lease the key is named after (its holder's), where the name is one.
+    pub(super) named: Option<i64>,
 }
 
 impl Entry {
     fn from_kv(kv: Kv) -> Entry {
         let record = crate::backend::read_record(&kv.value).filter(|h| h.pid.is_some());
+        let own = kv.key.rsplit(|&b| b == b'/').next().unwrap_or_default();
+        let named = std::str::from_utf8(own)
+            .ok()
+            .and_then(|hex| i64::from_str_radix(hex, 16).ok());
         Entry {
             key: kv.key,
             rev: kv.create_revision,
             lease: kv.lease,
             record,
+            named,
         }
+    }
+
+    /// Whether a safe `dlock break` made this dlock key a tombstone: moved it from the lease it
+    /// is named after (its holder's, which the break revoked) to a lease of the break's own.
+    pub(super) fn broken(&self) -> bool {
+        self.record.is_some() && self.named.is_some_and(|n| n != self.lease)
     }
 
     /// The mode it holds (or waits) in; a foreign key is exclusive.
@@ -49,7 +62,11 @@ impl Entry {
         };
         h.fencing_token = u64::try_from(self.rev).ok();
         h.node = Some(node);
-        h.session = Some(format!("lease {:x}", self.lease));
+        // A tombstone is still its holder's: named by the holder's lease (which `break --wait`
+        // follows), not by the lease that keeps it.
+        h.broken = self.broken();
+        let lease = if h.broken { self.named } else { None };
+        h.session = Some(format!("lease {:x}", lease.unwrap_or(self.lease)));
         h
     }
 }
@@ -168,6 +185,7 @@ mod tests {
             key: format!("dlock/k/{rev:x}").into_bytes(),
             rev,
             lease: rev,
+            named: Some(rev),
             record: mode.map(|m| {
                 Holder::from(crate::model::Record {
                     pid: Some(1),

@@ -1,5 +1,5 @@
 //! A held ZooKeeper lock: the session is the lease; renewals `sync` and check the node, and
-//! watches report an expired session or a deleted node at once.
+//! watches report an expired session, a deleted node or a node marked by a safe break at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +12,16 @@ use super::queue::{Kind, lock_queue};
 use super::{COMMAND_TIMEOUT, ZkError, close, op};
 use crate::backend::{Begun, Grant};
 use crate::backend::{Lease, LossNotifier, RenewError};
+
+/// The data version of a lock node as created. dlock never changes its own node's data: a
+/// safe `dlock break` does (the same data again, so the version goes up), and that is the mark
+/// its holder stops on.
+pub(super) const UNTOUCHED: i32 = 0;
+
+/// Why a holder whose node a safe break marked stops.
+fn broken(path: &str) -> String {
+    format!("dlock break told it to stop (it marked the lock node {path})")
+}
 
 /// A held lock: our node, kept alive by the session.
 pub(super) struct ZkLease {
@@ -56,7 +66,12 @@ impl Lease for ZkLease {
         });
         let lost = |why: String| Err(RenewError::Lost(format!("{}: {why}", self.addr)));
         match checked {
-            Ok(Ok(Some(stat))) if stat.ephemeral_owner == self.session => Ok(()),
+            Ok(Ok(Some(stat))) if stat.ephemeral_owner == self.session => {
+                if stat.version != UNTOUCHED {
+                    return lost(broken(&self.path));
+                }
+                Ok(())
+            }
             Ok(Ok(_)) | Ok(Err(ZkError::NoNode)) => lost(format!(
                 "the lock node {} was deleted (dlock break?)",
                 self.path
@@ -85,7 +100,9 @@ impl Lease for ZkLease {
             let deleted = || tell(format!("the lock node {path} was deleted (dlock break?)"));
             let mut warned = std::collections::HashSet::new();
             loop {
+                // (An exists watch fires on a change of the node's data too: a safe break.)
                 let node = match op(client.check_and_watch_stat(&path)).await {
+                    Ok((Some(stat), _)) if stat.version != UNTOUCHED => return tell(broken(&path)),
                     Ok((Some(_), watcher)) => Some(watcher),
                     Ok((None, _)) => return deleted(),
                     Err(_) => None, // disconnected: watch the state; renewals check the node

@@ -74,6 +74,11 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The session timeout asked for by `status` and `break`.
 const ADMIN_SESSION: Duration = Duration::from_secs(10);
+/// How soon a connected holder sees a safe break's mark: its watch on its own node is pushed
+/// to it at once (within a request's time). A holder cut off from the ensemble does not see it,
+/// but stops its command within its session timeout anyway, and keeps the node (and the lock)
+/// until then.
+const NOTICED_WITHIN: Duration = COMMAND_TIMEOUT;
 /// The top node under the chroot.
 const ROOT: &str = "dlock";
 
@@ -534,40 +539,86 @@ impl Backend for ZkBackend {
         self.checks(ttl)
     }
 
-    /// Deletes the holders' nodes (a holder sees its node go and stops its command); waiters
-    /// keep their places, and the first of them gets the lock. One session reads and deletes.
-    /// Another recipe's nodes are left alone: their clients do not watch their own nodes, so
-    /// they would go on as holders.
+    /// Safe: marks each dlock holder's node by writing its data again (the same record, so only
+    /// the version moves: [`lease::UNTOUCHED`]). The node stays, and with it the lock: the
+    /// holder's watch on its node fires, it stops its command as on any loss, then deletes its
+    /// node, and only that wakes the next waiter (which watches its predecessor's deletion). The
+    /// node is ephemeral: a holder that died takes it along when its session expires. Forced:
+    /// deletes the holders' nodes, and the first waiter gets the lock at once. Waiters keep their
+    /// places either way. Another recipe's nodes are left alone: their clients do not watch
+    /// their own nodes, so they would go on as holders (a safe break is refused before this).
     fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
-        // Not yet safe on this backend: both ways remove the lock at once.
-        let _ = how;
-        let removed = || -> anyhow::Result<Status> {
-            let (queue, kept) = self.admin(async |client| {
-                let queue = self.queue_of(client, key).await?;
-                let mut kept = Vec::new();
-                let held = holding(&queue.entries);
-                for (e, h) in queue.entries[..held].iter().zip(&queue.holders) {
-                    if h.foreign.is_some() {
-                        kept.push(e.name.clone());
-                        continue;
+        let (queue, kept, marked) = self.admin(async |client| {
+            let queue = self.queue_of(client, key).await?;
+            let mut kept = Vec::new();
+            let mut marked = Vec::new();
+            let held = holding(&queue.entries);
+            for (i, (e, h)) in queue.entries[..held].iter().zip(&queue.holders).enumerate() {
+                if h.foreign.is_some() {
+                    kept.push(e.name.clone());
+                    continue;
+                }
+                let path = format!("{}/{}", queue.parent, e.name);
+                match how {
+                    BreakHow::Safe => {
+                        if self.mark(client, &path).await? {
+                            marked.push(i);
+                        }
                     }
-                    let path = format!("{}/{}", queue.parent, e.name);
-                    match retried(client, || client.delete(&path, None)).await {
+                    BreakHow::Force => match retried(client, || client.delete(&path, None)).await
+                    {
                         Ok(()) | Err(ZkError::NoNode) => {}
                         Err(e) => return Err(self.fail(&format!("delete {path}"), e)),
-                    }
+                    },
                 }
-                Ok((queue, kept))
-            })?;
-            let mut status = self.status_of(key, queue);
-            for name in kept {
-                status.notes.push(format!(
-                    "node {name} is not dlock's and was left in place: its client would not notice \
-                     its deletion and would go on holding"
-                ));
             }
-            Ok(status)
-        };
-        removed().map(Broken::now)
+            Ok((queue, kept, marked))
+        })?;
+        let mut status = self.status_of(key, queue);
+        for name in kept {
+            status.notes.push(format!(
+                "node {name} is not dlock's and was left in place: its client would not notice \
+                 its deletion and would go on holding"
+            ));
+        }
+        if marked.is_empty() {
+            return Ok(Broken::now(status));
+        }
+        for i in marked {
+            if let Some(h) = status.holders.get_mut(i) {
+                h.broken = true;
+            }
+        }
+        Ok(Broken {
+            status,
+            frees: super::Frees::WhenStopped(NOTICED_WITHIN),
+            keep: None,
+        })
+    }
+}
+
+impl ZkBackend {
+    /// Marks the lock node at `path` as broken (see [`lease::UNTOUCHED`]): whether it is marked
+    /// now (by this break or an earlier one), `false` when it is gone. The write is conditional
+    /// on the version just read, so it never lands on a node that changed meanwhile.
+    async fn mark(&self, client: &Client, path: &str) -> anyhow::Result<bool> {
+        for _ in 0..5 {
+            let (data, stat) = match retried(client, || client.get_data(path)).await {
+                Ok(read) => read,
+                Err(ZkError::NoNode) => return Ok(false),
+                Err(e) => return Err(self.fail(&format!("read {path}"), e)),
+            };
+            if stat.version != lease::UNTOUCHED {
+                return Ok(true);
+            }
+            match retried(client, || client.set_data(path, &data, Some(stat.version))).await {
+                Ok(_) => return Ok(true),
+                Err(ZkError::NoNode) => return Ok(false),
+                // Written meanwhile (by another break, or by this one before a lost reply).
+                Err(ZkError::BadVersion) => continue,
+                Err(e) => return Err(self.fail(&format!("mark {path}"), e)),
+            }
+        }
+        Err(self.fail(&format!("mark {path}"), ZkError::BadVersion))
     }
 }

@@ -118,6 +118,8 @@ pub(super) fn holder_from(name: &str, data: &[u8], stat: &Stat) -> Holder {
     let mut h = match dlock_record(data) {
         Some(mut h) => {
             h.fencing_token = u64::try_from(stat.czxid).ok();
+            // Its data was set again: a safe break's mark (see `lease::UNTOUCHED`).
+            h.broken = stat.version != super::lease::UNTOUCHED;
             h
         }
         None => Holder {
