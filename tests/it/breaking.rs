@@ -121,3 +121,72 @@ pub(crate) fn forced_break_removes_the_lock_at_once(b: &TestBackend) {
     assert!(!alive(child));
     assert!(b.is_free(&key));
 }
+
+/// A safe break of a lock held by several (`mode`: `--shared`, or `--limit 2` with two holders)
+/// ends every holder the same way: `status` shows each as broken while it stops (they ignore
+/// SIGTERM: only the SIGKILL after the grace ends them), both exit 79, and the waiter (exclusive,
+/// or a third slot) starts only after the last heartbeat of both. The holders run with `--ttl
+/// 9s` (a tombstone's lease is as long): they see the break within a renewal (3 s) and stop
+/// after the grace (2 s), and the waiter starts then, before the leases could have run out.
+/// (Not in `conformance!`: a backend opts in from its file.)
+pub(crate) fn break_ends_every_holder_of_a_shared_lock(b: &TestBackend, mode: &[&str]) {
+    let long = TestBackend {
+        ttl: Duration::from_secs(9),
+        ..b.clone()
+    };
+    let key = unique_key("break-shared");
+    let dir = scratch("break-shared");
+    let beats = [dir.join("beats0"), dir.join("beats1")];
+    let started = dir.join("started");
+    let holders: Vec<Proc> = beats
+        .iter()
+        .map(|f| {
+            let extra = [mode, &["--kill-grace", "2s", "-v"]].concat();
+            let p = Proc::spawn(&mut long.run(&key, &extra, &heartbeat(f)));
+            wait_until(Duration::from_secs(10), "a first heartbeat", || f.exists());
+            p
+        })
+        .collect();
+    let waiter_mode: &[&str] = if mode.contains(&"--shared") { &[] } else { mode };
+    let w = Proc::spawn(&mut long.run(
+        &key,
+        &[waiter_mode, &["--wait", "60s", "-v"]].concat(),
+        &sh(&format!("date +%s%N > {}", started.display())),
+    ));
+    wait_until_waiting(b, &key, 1);
+    let broke = Instant::now();
+    let out = run_ok(b.cmd("break").args(["-k", &key]));
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert!(said.contains("broke"), "{said}");
+    let s = b.status(&key);
+    let shown = s["holders"].as_array().unwrap();
+    assert_eq!(shown.len(), 2, "{s}");
+    assert!(shown.iter().all(|h| h["broken"] == true), "{s}");
+    eprintln!("DBG status {:?}", broke.elapsed());
+    for p in holders {
+        let (out, _) = p.wait(b.notice + Duration::from_secs(10));
+        eprintln!("DBG holder {:?} {}", broke.elapsed(), describe(&out));
+        assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    }
+    let (out, _) = w.wait(Duration::from_secs(20));
+    eprintln!("DBG waiter {:?} {}", broke.elapsed(), describe(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        broke.elapsed() < Duration::from_secs(8),
+        "the waiter waited for the lease, not for the holders"
+    );
+    let start: u128 = std::fs::read_to_string(&started)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    for f in &beats {
+        let last = last_beat(f);
+        assert!(
+            start > last,
+            "the waiter started {} ms before a broken holder's last heartbeat",
+            (last - start) / 1_000_000
+        );
+    }
+    assert!(b.is_free(&key));
+}

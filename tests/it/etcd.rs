@@ -387,3 +387,13 @@ fn a_raw_slash_key_below_a_prefix_is_not_that_keys_lock() {
     let (out, _) = holder.wait(Duration::from_secs(10));
     assert!(out.status.success(), "{}", describe(&out));
 }
+
+/// A safe break of a shared lock, and of a semaphore's slots, ends every holder, and the waiter
+/// starts only after they all have stopped (see `breaking.rs`).
+#[test]
+fn break_ends_every_shared_holder_and_every_slot() {
+    let Some(e) = shared_etcd() else { return };
+    let b = TestBackend::etcd(&e.url());
+    crate::breaking::break_ends_every_holder_of_a_shared_lock(&b, &["--shared"]);
+    crate::breaking::break_ends_every_holder_of_a_shared_lock(&b, &["--limit", "2"]);
+}

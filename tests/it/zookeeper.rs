@@ -480,3 +480,13 @@ fn fault_server_killed_and_restarted() {
         zk.wait_serving(0);
     });
 }
+
+/// A safe break of a shared lock, and of a semaphore's slots, ends every holder, and the waiter
+/// starts only after they all have stopped (see `breaking.rs`).
+#[test]
+fn break_ends_every_shared_holder_and_every_slot() {
+    let Some(zk) = shared_zookeeper() else { return };
+    let b = TestBackend::zookeeper(&zk.url());
+    crate::breaking::break_ends_every_holder_of_a_shared_lock(&b, &["--shared"]);
+    crate::breaking::break_ends_every_holder_of_a_shared_lock(&b, &["--limit", "2"]);
+}
