@@ -18,8 +18,8 @@ use crate::backend::Grant;
 use crate::history::{Begun, MAX_EVENTS, Stored};
 
 use super::redis::{
-    BROKEN, BROKEN_PREFIX, COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, acquire_script, break_script,
-    broken_by_tombstones, release_script, script, token,
+    BROKEN, BROKEN_PREFIX, COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, acquire_script,
+    break_script, broken_by_tombstones, release_script, script, token,
 };
 use super::{Backend, BreakHow, Broken, Lease, RenewError, Request};
 use crate::clock::{BootInstant, drift_margin};
