@@ -504,7 +504,7 @@ mod tests {
                 session: b.3,
                 foreign: c.1,
                 node: c.2,
-                broken: false,
+                broken: b.1.is_some_and(|t| t % 2 == 0),
             })
     }
 

@@ -60,40 +60,47 @@ pub(crate) fn break_stops_the_holder_with_79(b: &TestBackend) {
 }
 
 /// The promise: after `dlock break`, the waiting holder's command starts only after the broken
-/// holder's command (which ignores SIGTERM, so it is killed after the grace) has stopped.
+/// holder's command (which ignores SIGTERM, so it is killed after the grace) has stopped — and
+/// so does a newcomer that asks right after the break (on the file backend the queued waiter is
+/// blocked on the old lock file's inode, so only a newcomer would see an unlinked lock free).
 pub(crate) fn break_never_lets_a_waiter_start_beside_the_holder(b: &TestBackend) {
     let key = unique_key("break-waiter");
     let dir = scratch("break-waiter");
     let beats = dir.join("beats");
-    let started = dir.join("started");
     let p = Proc::spawn(&mut b.run(&key, &["--kill-grace", "1s"], &heartbeat(&beats)));
     wait_until(Duration::from_secs(10), "the first heartbeat", || {
         beats.exists()
     });
-    let w = Proc::spawn(&mut b.run(
-        &key,
-        &["--wait", "60s"],
-        &sh(&format!("date +%s%N > {}", started.display())),
-    ));
+    let started = |name: &str| {
+        let f = dir.join(name);
+        (sh(&format!("date +%s%N > {}", f.display())), f)
+    };
+    let (cmd, queued) = started("queued");
+    let w = Proc::spawn(&mut b.run(&key, &["--wait", "60s"], &cmd));
     wait_until_waiting(b, &key, 1);
     let out = run_ok(b.cmd("break").args(["-k", &key]));
     let said = String::from_utf8(out.stdout).unwrap();
     assert!(said.contains("broke"), "{said}");
+    let (cmd, newcomer) = started("newcomer");
+    let n = Proc::spawn(&mut b.run(&key, &["--wait", "60s"], &cmd));
     let (out, _) = p.wait(b.ttl + b.notice + Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
-    let (out, _) = w.wait(b.ttl + Duration::from_secs(30));
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    let start: u128 = std::fs::read_to_string(&started)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     let last = last_beat(&beats);
-    assert!(
-        start > last,
-        "the waiter started {} ms before the broken holder's last heartbeat",
-        (last - start) / 1_000_000
-    );
+    for (proc, file) in [(w, queued), (n, newcomer)] {
+        let (out, _) = proc.wait(b.ttl + Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let start: u128 = std::fs::read_to_string(&file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            start > last,
+            "{} started {} ms before the broken holder's last heartbeat",
+            file.display(),
+            (last - start) / 1_000_000
+        );
+    }
     assert!(b.is_free(&key));
 }
 
@@ -112,12 +119,17 @@ pub(crate) fn forced_break_removes_the_lock_at_once(b: &TestBackend) {
     let out = run_ok(b.cmd("break").args(["-k", &key, "--force"]));
     let said = String::from_utf8(out.stdout).unwrap();
     assert!(
-        said.contains("removed") && said.contains("forced") && said.contains(&format!("pid {}", p.pid())),
+        said.contains("removed")
+            && said.contains("forced")
+            && said.contains(&format!("pid {}", p.pid())),
         "{said}"
     );
     let (out, took) = p.wait(b.notice + Duration::from_secs(5));
     assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
-    assert!(took < b.notice + Duration::from_secs(3), "noticed after {took:?}");
+    assert!(
+        took < b.notice + Duration::from_secs(3),
+        "noticed after {took:?}"
+    );
     assert!(!alive(child));
     assert!(b.is_free(&key));
 }
