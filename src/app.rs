@@ -488,14 +488,17 @@ fn finish(
             report::error(format_args!(
                 "{name}: lost the lock '{keys_text}' while the command ran: {reason}; the command was terminated"
             ));
-            if cfg.keys.len() > 1 {
-                // The other keys are still ours: free them for their waiters, but do not let a
-                // server that stopped answering hold up the exit.
-                release_within(keeper, LOST_RELEASE_BOUND);
-            } else {
-                keeper.abandon();
-            }
+            // The other keys are still ours, and a broken one is its holder's until it lets go:
+            // free them for their waiters while the end is recorded, but do not let a server
+            // that stopped answering hold up the exit.
+            let released = keeper.release_in_background();
             closing.record_lost(&cfg.target, recorded);
+            let bound = if cfg.keys.len() > 1 {
+                LOST_RELEASE_BOUND
+            } else {
+                LOST_END_BOUND
+            };
+            let _ = released.recv_timeout(bound.saturating_sub(release_started.elapsed()));
             return;
         }
         Ending::Signalled(sig) => {
@@ -536,23 +539,11 @@ fn finish(
 const LOST_RELEASE_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long a run that lost its lock waits for its end to be recorded (through a new
-/// connection) before it exits: the exit 79 comes at once (docs/failures.md), and a lock is
-/// most often lost to a server that stopped answering, which would hold it for the whole bound.
-/// A server that answers (after `dlock break`) takes a few milliseconds.
-const LOST_END_BOUND: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// Releases what the keeper still holds, waiting at most `bound`.
-fn release_within(keeper: Keeper, bound: std::time::Duration) {
-    let (tx, rx) = mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("dlock-release".into())
-        .spawn(move || {
-            let _ = tx.send(keeper.release());
-        });
-    if spawned.is_ok() {
-        let _ = rx.recv_timeout(bound);
-    }
-}
+/// connection) and for its release before it exits: the exit 79 comes at once
+/// (docs/failures.md), and a lock is most often lost to a server that stopped answering, which
+/// would hold it for the whole bound. A server that answers (after `dlock break`, whose mark
+/// stays until the holder lets go) takes a few milliseconds.
+pub(crate) const LOST_END_BOUND: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Releases a lease that never reached the keeper, recording `ending` for its run.
 fn release_run(

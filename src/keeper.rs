@@ -129,6 +129,24 @@ impl Keeper {
         }
     }
 
+    /// For a lease that is lost: releases it on a thread of its own, and returns what says when
+    /// that is done. A lock that a safe `dlock break` took passes on only once its holder lets
+    /// go (its mark or tombstone stays until then), so the release is worth a short wait; a
+    /// server that stopped answering must not hold up the exit, so the caller waits a bound.
+    pub fn release_in_background(self) -> mpsc::Receiver<()> {
+        let (tx, rx) = mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("dlock-release".into())
+            .spawn(move || {
+                let _ = self.release();
+                let _ = tx.send(());
+            });
+        if let Err(e) = spawned {
+            report::verbose(format_args!("cannot release the lost lock: {e}"));
+        }
+        rx
+    }
+
     /// Stops renewing and releases the lock (a no-op on the server if it was lost). Blocks until
     /// the release is done.
     pub fn release(self) -> anyhow::Result<()> {

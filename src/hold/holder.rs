@@ -617,10 +617,14 @@ impl Holding<'_> {
             return 0;
         };
         if stop.lost {
-            keeper.abandon();
+            // Given back meanwhile: a broken lock passes on only once its holder lets go.
+            let started = std::time::Instant::now();
+            let released = keeper.release_in_background();
             self.closing
                 .app()
                 .record_lost(self.closing.target, stop.ending);
+            let bound = crate::app::LOST_END_BOUND.saturating_sub(started.elapsed());
+            let _ = released.recv_timeout(bound);
         } else {
             self.closing
                 .give_back(self.name, &self.keys_text, keeper, stop.ending);

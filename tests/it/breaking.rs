@@ -153,16 +153,20 @@ pub(crate) fn break_ends_every_holder_of_a_shared_lock(b: &TestBackend, mode: &[
     let holders: Vec<Proc> = beats
         .iter()
         .map(|f| {
-            let extra = [mode, &["--kill-grace", "2s", "-v"]].concat();
+            let extra = [mode, &["--kill-grace", "2s"]].concat();
             let p = Proc::spawn(&mut long.run(&key, &extra, &heartbeat(f)));
             wait_until(Duration::from_secs(10), "a first heartbeat", || f.exists());
             p
         })
         .collect();
-    let waiter_mode: &[&str] = if mode.contains(&"--shared") { &[] } else { mode };
+    let waiter_mode: &[&str] = if mode.contains(&"--shared") {
+        &[]
+    } else {
+        mode
+    };
     let w = Proc::spawn(&mut long.run(
         &key,
-        &[waiter_mode, &["--wait", "60s", "-v"]].concat(),
+        &[waiter_mode, &["--wait", "60s"]].concat(),
         &sh(&format!("date +%s%N > {}", started.display())),
     ));
     wait_until_waiting(b, &key, 1);
@@ -174,14 +178,11 @@ pub(crate) fn break_ends_every_holder_of_a_shared_lock(b: &TestBackend, mode: &[
     let shown = s["holders"].as_array().unwrap();
     assert_eq!(shown.len(), 2, "{s}");
     assert!(shown.iter().all(|h| h["broken"] == true), "{s}");
-    eprintln!("DBG status {:?}", broke.elapsed());
     for p in holders {
         let (out, _) = p.wait(b.notice + Duration::from_secs(10));
-        eprintln!("DBG holder {:?} {}", broke.elapsed(), describe(&out));
         assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
     }
     let (out, _) = w.wait(Duration::from_secs(20));
-    eprintln!("DBG waiter {:?} {}", broke.elapsed(), describe(&out));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert!(
         broke.elapsed() < Duration::from_secs(8),

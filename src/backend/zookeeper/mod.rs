@@ -565,8 +565,7 @@ impl Backend for ZkBackend {
                             marked.push(i);
                         }
                     }
-                    BreakHow::Force => match retried(client, || client.delete(&path, None)).await
-                    {
+                    BreakHow::Force => match retried(client, || client.delete(&path, None)).await {
                         Ok(()) | Err(ZkError::NoNode) => {}
                         Err(e) => return Err(self.fail(&format!("delete {path}"), e)),
                     },
