@@ -397,3 +397,44 @@ fn break_ends_every_shared_holder_and_every_slot() {
     crate::breaking::break_ends_every_holder_of_a_shared_lock(&b, &["--shared"]);
     crate::breaking::break_ends_every_holder_of_a_shared_lock(&b, &["--limit", "2"]);
 }
+
+/// A holder whose key is moved onto another lease while its own lease lives on (a break whose
+/// revoke did not get through) still stops: its renewal reads its key's lease, not only its own
+/// keep-alive. The moved key keeps the lock (its create revision, its place) until deleted.
+#[test]
+fn a_holder_whose_key_moved_to_another_lease_stops() {
+    let Some(e) = shared_etcd() else { return };
+    let b = TestBackend::etcd(&e.url());
+    let key = unique_key("moved");
+    let (p, child) = b.hold(&key, &["--kill-grace", "1s"]);
+    let st = b.status(&key);
+    let node = st["holders"][0]["node"].as_str().unwrap().to_string();
+    let granted = e.etcdctl().args(["lease", "grant", "30"]).output().unwrap();
+    let granted = String::from_utf8(granted.stdout).unwrap();
+    let lease = granted
+        .split_whitespace()
+        .nth(1)
+        .expect("lease ID")
+        .to_string();
+    let moved = e
+        .etcdctl()
+        .args(["put", "--ignore-value", &format!("--lease={lease}"), &node])
+        .output()
+        .unwrap();
+    assert!(moved.status.success(), "{}", describe(&moved));
+    let (out, took) = p.wait(b.notice + Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(
+        one_error_line(&out).contains("dlock break told it to stop"),
+        "{}",
+        describe(&out)
+    );
+    assert!(
+        took < b.notice + Duration::from_secs(3),
+        "noticed after {took:?}"
+    );
+    assert!(!alive(child));
+    // It deleted its tombstone on the way out: free now, not when the 30 s lease runs out.
+    assert!(b.is_free(&key));
+    let _ = e.etcdctl().args(["lease", "revoke", &lease]).output();
+}

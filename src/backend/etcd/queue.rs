@@ -206,6 +206,28 @@ mod tests {
         }
     }
 
+    /// A dlock key on another lease than the one it is named after is a safe break's tombstone,
+    /// shown broken under its holder's lease; a key of another client, or a name that is no
+    /// lease id, never is.
+    #[test]
+    fn a_key_moved_off_its_named_lease_is_a_tombstone() {
+        let record = br#"{"pid":7,"host":"h"}"#.to_vec();
+        let kv = |key: &str, lease: i64, value: &[u8]| Kv {
+            value: value.to_vec(),
+            lease,
+            ..kv(key, 5)
+        };
+        let own = Entry::from_kv(kv("dlock/k/1f", 0x1f, &record));
+        assert!(!own.broken());
+        let moved = Entry::from_kv(kv("dlock/k/1f", 0x2a, &record));
+        assert!(moved.broken());
+        let h = moved.holder();
+        assert!(h.broken);
+        assert_eq!(h.session.as_deref(), Some("lease 1f"));
+        assert!(!Entry::from_kv(kv("dlock/k/1f", 0x2a, b"")).broken());
+        assert!(!Entry::from_kv(kv("dlock/k/zz", 0x2a, &record)).broken());
+    }
+
     /// A page cut at MAX_QUEUE with deeper keys in it cannot say "none older" (which would be
     /// "I hold"): it is an error. Regression: 10,000 keys of `dlock/a/x/…` made before `a`'s
     /// holder filtered down to an empty queue.
