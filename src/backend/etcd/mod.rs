@@ -15,8 +15,11 @@
 //!   a waiter watches the whole prefix (etcd cannot watch "any of N").
 //!   Any key that is not a dlock record is an exclusive holder for every mode; etcdctl's waits
 //!   for every older key, dlock's included.
-//! - The lease is kept alive every ttl/3 (keep-alive answering TTL 0, or the own key gone, is a
-//!   loss); Ctrl-C, a timeout or an error revokes it, which deletes the own key.
+//! - The lease is kept alive every ttl/3 (keep-alive answering TTL 0, the own key gone, or the
+//!   own key on another lease, is a loss); Ctrl-C, a timeout or an error revokes it, which
+//!   deletes the own key.
+//! - A safe `dlock break` moves each holder's key onto a lease of its own as long as the
+//!   holder's ([`tombstone`]): the key keeps its place, the holder stops, then deletes it.
 //! - Run history ([`history`]): keys under `dlock/%history/KEY/`, `--once-per`'s leased marker
 //!   `dlock/%history/KEY` (KEY escaped as for the lock; no lock's range holds them).
 

@@ -21,6 +21,9 @@
 //!   it, so writers are not starved); a semaphore slot's is `-limitN-` (the N lowest hold; a
 //!   waiter watches the children, as ZooKeeper cannot watch "any of N", so a release wakes every
 //!   waiter of that key). Nodes of different modes (another N) before ours: a mode mismatch.
+//! - A safe `dlock break` writes each holder's node's data again (the same record: only the
+//!   version moves, see [`lease::UNTOUCHED`]); the holder's watch fires, it stops its command,
+//!   then deletes its node, and only that wakes the next waiter. `--force` deletes the nodes.
 //! - Fencing token: the lock node's czxid (64-bit, grows across the whole ensemble; the sequence
 //!   number is 32-bit and restarts with the parent).
 //! - Release: delete our node, then close the session (both leave at once), so the next waiter
