@@ -423,6 +423,7 @@ mod tests {
                 session: b.3,
                 foreign: c.1,
                 node: c.2,
+                broken: b.1.is_some_and(|t| t % 2 == 0),
             })
     }
 

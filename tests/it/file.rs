@@ -366,3 +366,70 @@ fn status_lists_every_held_lock_among_stale_lock_files() {
         assert!(out.status.success(), "{}", describe(&out));
     }
 }
+
+/// In a shared directory (1777), another user hard-links a file of the victim's (here one
+/// writable by all, which `fs.protected_hardlinks` lets anyone link) at the paths of a key's
+/// lock file and history file. The victim's `dlock run` refuses them (69, one line) and leaves
+/// the file's mode and content as they were. Regression: the mode became 0666 and the content
+/// `{"fence":…,"holder":null}`. Needs root (to act as `nobody`).
+#[test]
+fn a_file_hard_linked_into_a_shared_directory_keeps_its_mode_and_content() {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 || !crate::servers::available("runuser") {
+        eprintln!("skipped: needs root and runuser to act as a second user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::path::PathBuf::from(format!("/tmp/dlock-links-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let b = TestBackend {
+        args: vec!["--url".into(), format!("file://{}", dir.display())],
+        ..TestBackend::file()
+    };
+    for (i, what) in ["lock", "history"].iter().enumerate() {
+        let key = unique_key("links");
+        let lock = std::path::PathBuf::from(b.status(&key)["server_name"].as_str().unwrap());
+        let target = if *what == "lock" {
+            lock.clone()
+        } else {
+            lock.with_extension("history")
+        };
+        let victim = scratch("links").join(format!("victim-{i}"));
+        std::fs::write(&victim, "the victim's data\n").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o606)).unwrap();
+        std::fs::set_permissions(
+            victim.parent().unwrap(),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        let linked = std::process::Command::new("runuser")
+            .args(["-u", "nobody", "--", "ln"])
+            .arg(&victim)
+            .arg(&target)
+            .status()
+            .unwrap();
+        assert!(linked.success(), "nobody could not link the victim's file");
+        let out = output(&mut b.run(&key, &[], &["true"]));
+        if *what == "lock" {
+            assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
+            assert!(
+                one_error_line(&out).contains("hard links"),
+                "{}",
+                describe(&out)
+            );
+        }
+        let meta = std::fs::metadata(&victim).unwrap();
+        assert_eq!(
+            meta.permissions().mode() & 0o7777,
+            0o606,
+            "{what}: mode changed"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "the victim's data\n",
+            "{what}: content changed"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
