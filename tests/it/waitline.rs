@@ -18,6 +18,7 @@ const COLS: usize = 45;
 /// "erase to the end of the line" (`ESC [ K`); any other escape sequence is a failure (the
 /// line must not move the cursor about). Writing past the last column wraps, and is recorded.
 struct Screen {
+    cols: usize,
     rows: Vec<Vec<char>>,
     row: usize,
     col: usize,
@@ -28,8 +29,9 @@ struct Screen {
 }
 
 impl Screen {
-    fn new() -> Screen {
+    fn new(cols: usize) -> Screen {
         Screen {
+            cols,
             rows: vec![Vec::new()],
             row: 0,
             col: 0,
@@ -63,7 +65,7 @@ impl Screen {
                     }
                 }
                 c => {
-                    if self.col == COLS {
+                    if self.col == self.cols {
                         self.wrapped.push(self.current());
                         self.col = 0;
                         self.row += 1;
@@ -109,6 +111,17 @@ impl Waiter {
     /// Starts `dlock run <b's args> EXTRA -k KEY -- echo WAITER-RAN` in a pty of [`COLS`]
     /// columns.
     fn start(b: &TestBackend, key: &str, extra: &[&str], dir: &std::path::Path) -> Waiter {
+        Waiter::start_in(COLS, b, key, extra, dir)
+    }
+
+    /// [`Waiter::start`] in a pty of `cols` columns.
+    fn start_in(
+        cols: usize,
+        b: &TestBackend,
+        key: &str,
+        extra: &[&str],
+        dir: &std::path::Path,
+    ) -> Waiter {
         let pidfile = dir.join("waiter.pid");
         let mut words = b.run_words();
         words.extend(extra.iter().map(|s| s.to_string()));
@@ -118,7 +131,7 @@ impl Waiter {
             .map(|w| format!("'{}'", w.replace('\'', "'\\''")))
             .collect();
         let inner = format!(
-            "echo $$ > '{}'; stty cols {COLS} rows 24; exec {}",
+            "echo $$ > '{}'; stty cols {cols} rows 24; exec {}",
             pidfile.display(),
             quoted.join(" ")
         );
@@ -147,7 +160,7 @@ impl Waiter {
             script,
             pid,
             out,
-            screen: Screen::new(),
+            screen: Screen::new(cols),
             raw: String::new(),
         }
     }
@@ -179,6 +192,18 @@ impl Waiter {
     }
 }
 
+/// Kills the waiting dlock if the test fails: it may be left stopped (SIGSTOP).
+struct KillOnPanic(i32);
+
+impl Drop for KillOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // SAFETY: kill of a process this test started.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+}
+
 /// A holds, B waits, the waiter queues behind B; A hands over to B; the waiter's line comes to
 /// name B, then is erased before its command prints. The waiter is stopped (SIGSTOP) during the
 /// hand-over so that B, not the waiter, takes the lock (flock wakes every waiter at once and
@@ -195,6 +220,7 @@ pub(crate) fn the_line_follows_a_hand_over(b: &TestBackend) {
     let mut bh = b.holding_later(&key, &dir.join("b"));
     wait_until_waiting(b, &key, 1);
     let mut w = Waiter::start(b, &key, &["--wait", "60s"], &dir);
+    let _kill = KillOnPanic(w.pid);
     wait_until_waiting(b, &key, 2);
 
     let a_pid = format!("pid {}", a.pid());
@@ -237,6 +263,20 @@ pub(crate) fn the_line_follows_a_hand_over(b: &TestBackend) {
     }
 }
 
+/// Where the backend keeps a queue (ZooKeeper, etcd), a wide terminal shows the waiter's place
+/// in it: behind B, the 2nd of 2.
+pub(crate) fn the_line_shows_the_place_in_line(b: &TestBackend) {
+    let key = unique_key("waitline-place");
+    let dir = scratch("waitline-place");
+    let _a = b.holding(&key, &[], &dir.join("a"));
+    let _b = b.holding_later(&key, &dir.join("b"));
+    wait_until_waiting(b, &key, 1);
+    let mut w = Waiter::start_in(200, b, &key, &["--wait", "60s"], &dir);
+    w.until(Duration::from_secs(10), "the place in line", |s| {
+        s.current().contains("; 2nd of 2 in line")
+    });
+}
+
 /// With `-q` nothing is drawn, even on a terminal: a waiter that gives up after 2 s (past the
 /// second after which the line shows, and a lookup) says only why it gave up.
 pub(crate) fn quiet_draws_nothing(b: &TestBackend) {
@@ -277,6 +317,14 @@ mod redis {
 
 mod zookeeper {
     #[test]
+    fn the_line_shows_the_place_in_line() {
+        let Some(zk) = crate::servers::shared_zookeeper() else {
+            return;
+        };
+        super::the_line_shows_the_place_in_line(&crate::util::TestBackend::zookeeper(&zk.url()));
+    }
+
+    #[test]
     fn the_line_follows_a_hand_over() {
         let Some(zk) = crate::servers::shared_zookeeper() else {
             return;
@@ -286,6 +334,14 @@ mod zookeeper {
 }
 
 mod etcd {
+    #[test]
+    fn the_line_shows_the_place_in_line() {
+        let Some(e) = crate::servers::shared_etcd() else {
+            return;
+        };
+        super::the_line_shows_the_place_in_line(&crate::util::TestBackend::etcd(&e.url()));
+    }
+
     #[test]
     fn the_line_follows_a_hand_over() {
         let Some(e) = crate::servers::shared_etcd() else {
