@@ -157,67 +157,6 @@ fn default_directory_is_per_user_and_private() {
     std::fs::remove_file(dir.join(format!("{key}.lock"))).unwrap();
 }
 
-/// On a terminal, a waiter says whom it waits for (after about a second) and clears the line.
-#[test]
-fn waiting_line_on_a_terminal_names_the_holder() {
-    assert!(
-        which("script").is_some(),
-        "util-linux `script` is needed for the terminal test"
-    );
-    let b = TestBackend::file();
-    let key = unique_key("waiting-line");
-    let dir = scratch("waiting-line");
-    let m = dir.join("held");
-    let mut h = b.holding(&key, &[], &m);
-    let inner = format!("{DLOCK} run {} -k {key} -- true", b.args.join(" "));
-    let mut waiter =
-        Proc::spawn(std::process::Command::new("script").args(["-qec", &inner, "/dev/null"]));
-    let stdout = waiter.child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::Read;
-        let mut stdout = stdout;
-        let mut buf = [0u8; 512];
-        while let Ok(n) = stdout.read(&mut buf) {
-            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                break;
-            }
-        }
-    });
-    let mut text = String::new();
-    let want = format!("dlock: waiting for '{key}' (held by ");
-    while !text.contains(&want) {
-        let chunk = rx
-            .recv_timeout(Duration::from_secs(5))
-            .expect("the waiting line within 5 s");
-        text.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    let shown_after = waiter.started.elapsed();
-    assert!(
-        shown_after >= Duration::from_millis(900),
-        "shown too early: {shown_after:?}"
-    );
-    h.close_stdin();
-    let (out, _) = waiter.wait(Duration::from_secs(5));
-    assert_eq!(out.status.code(), Some(0));
-    while let Ok(chunk) = rx.recv_timeout(Duration::from_secs(1)) {
-        text.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    assert!(text.contains(&format!("pid {}", h.pid())), "{text:?}");
-    assert!(
-        text.trim_end().ends_with("\x1b[K"),
-        "the line is cleared at the end: {text:?}"
-    );
-}
-
-fn which(cmd: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| std::path::Path::new(d).join(cmd))
-        .find(|p| p.exists())
-}
-
 #[test]
 fn bench_measures_and_leaves_nothing_behind() {
     let b = TestBackend::file();
