@@ -547,3 +547,32 @@ fn a_removed_handle_socket_is_put_back() {
     });
     assert!(b.is_free(&key));
 }
+
+/// `eval "$(timeout 60 dlock acquire …)"`: the wrapper exits as soon as the handle is printed,
+/// so the lock is held for the shell above it. Regression: `timeout` was the owner, and the lock
+/// was given back at once while acquire said 0.
+#[test]
+fn a_wrapper_between_the_shell_and_acquire_is_not_the_owner() {
+    let b = TestBackend::file();
+    let key = unique_key("acq-wrapper");
+    let script = format!(
+        "set -e; eval \"$(timeout 60 \"$D\" acquire {} -k {key})\"; sleep 1.5; \
+         env -u DLOCK_HELD \"$D\" run {} -k {key} -n -- true && echo PROBE-GOT-IT; \
+         \"$D\" release",
+        b.args.join(" "),
+        b.args.join(" ")
+    );
+    let out = output(
+        Command::new("bash")
+            .args(["-c", &script])
+            .env("D", DLOCK)
+            .env("XDG_RUNTIME_DIR", runtime_dir()),
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("PROBE-GOT-IT"),
+        "the lock was given back when the wrapper exited: {}",
+        describe(&out)
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(b.is_free(&key));
+}
