@@ -390,7 +390,7 @@ impl Backend for Redlock {
             .filter_map(|r| r.as_ref().ok().copied())
             .max()
             .unwrap_or(0);
-        Ok(broken_by_tombstones(status, left))
+        broken_by_tombstones(status, left)
     }
 
     /// Every master's events, merged: one copy of each (by its bytes), newest first by the

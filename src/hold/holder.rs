@@ -171,6 +171,8 @@ pub(super) fn hold(
     let watched = Watched {
         caller: Some(to_caller),
         listener,
+        socket: socket.clone(),
+        asked: false,
         owner: owner.as_ref().and_then(|o| match o.fd() {
             Some(fd) => fd.as_fd().try_clone_to_owned().ok().map(OwnerWatch::Fd),
             None => Some(OwnerWatch::Scan(o.proc())),
@@ -269,8 +271,11 @@ impl WriteAllOk for &UnixStream {
 struct Watched {
     /// `dlock acquire`, until it acknowledges the handle.
     caller: Option<UnixStream>,
-    /// The handle's socket.
+    /// The handle's socket, and its path (bound anew if a cleaner removes it).
     listener: UnixListener,
+    socket: PathBuf,
+    /// A request came: the socket is not put back any more.
+    asked: bool,
     /// The owner, until it exits.
     owner: Option<OwnerWatch>,
 }
@@ -294,7 +299,7 @@ fn watch(mut w: Watched, events: Events) -> std::io::Result<()> {
                     fds.push(c.as_fd());
                     fds.len() - 1
                 });
-                let mut timeout = -1;
+                let mut timeout = handle::SOCKET_CHECK.as_millis() as i32;
                 let mut owner_gone = false;
                 let owner_at = match &w.owner {
                     Some(OwnerWatch::Fd(o)) => {
@@ -303,7 +308,7 @@ fn watch(mut w: Watched, events: Events) -> std::io::Result<()> {
                     }
                     Some(OwnerWatch::Scan(p)) => {
                         owner_gone = p.has_exited();
-                        timeout = super::owner::OWNER_CHECK.as_millis() as i32;
+                        timeout = timeout.min(super::owner::OWNER_CHECK.as_millis() as i32);
                         None
                     }
                     None => None,
@@ -333,10 +338,18 @@ fn watch(mut w: Watched, events: Events) -> std::io::Result<()> {
                     w.owner = None;
                     events.send(Event::Holder(HolderEvent::OwnerExited));
                 }
+                // Not once a release has asked: it removes the socket as the holder ends.
+                if !w.asked
+                    && let Some(l) = handle::rebind_if_gone(&w.socket)
+                {
+                    w.listener = l;
+                    continue;
+                }
                 if listener
                     && let Ok((stream, _)) = w.listener.accept()
                     && let Some(request) = handle::read_request(&stream)
                 {
+                    w.asked = true;
                     events.send(Event::Holder(HolderEvent::Request(stream, request)));
                 }
             }

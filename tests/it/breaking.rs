@@ -203,3 +203,64 @@ pub(crate) fn break_ends_every_holder_of_a_shared_lock(b: &TestBackend, mode: &[
     }
     assert!(b.is_free(&key));
 }
+
+/// A holder that is not dlock cannot be told to stop: a safe break refuses it (exit 1, naming
+/// it) and changes nothing; `--force` removes the lock.
+pub(crate) fn foreign_holder_is_refused_then_forced(
+    b: &TestBackend,
+    key: &str,
+    still_held: impl Fn() -> bool,
+) {
+    let s = b.status(key);
+    assert!(s["holders"][0]["foreign"].is_string(), "{s}");
+    let out = run_code(b.cmd("break").args(["-k", key]), 1);
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("cannot be told to stop") && line.contains("--force"),
+        "{line}"
+    );
+    assert!(still_held(), "a refused break changed the lock");
+    let out = run_ok(b.cmd("break").args(["-k", key, "--force"]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("forced"));
+}
+
+#[test]
+fn file_break_refuses_a_flock_that_is_not_dlock() {
+    let b = TestBackend::file();
+    let key = unique_key("break-flock");
+    let path = b.status(&key)["server_name"].as_str().unwrap().to_string();
+    let mut f = Proc::spawn(
+        std::process::Command::new("flock")
+            .args(["-x", &path, "sh", "-c", "read _x || true"])
+            .stdin(std::process::Stdio::piped()),
+    );
+    wait_until(Duration::from_secs(10), "flock(1) to hold", || {
+        b.status(&key)["held"] == true
+    });
+    run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
+    foreign_holder_is_refused_then_forced(&b, &key, || b.status(&key)["held"] == true);
+    f.close_stdin();
+    f.wait(Duration::from_secs(10));
+}
+
+#[test]
+fn redis_break_refuses_a_key_set_by_another_client() {
+    let Some(url) = crate::servers::shared_redis() else {
+        return;
+    };
+    let b = TestBackend::redis(&url);
+    let key = unique_key("break-foreign");
+    let name = b.status(&key)["server_name"].as_str().unwrap().to_string();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-u", &url])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    // As redis-py's Lock without a timeout does: a token, no expiry, no dlock record.
+    assert_eq!(cli(&["SET", &name, "their-token"]), "OK");
+    foreign_holder_is_refused_then_forced(&b, &key, || cli(&["GET", &name]) == "their-token");
+    assert!(b.is_free(&key));
+}

@@ -438,3 +438,33 @@ fn a_holder_whose_key_moved_to_another_lease_stops() {
     assert!(b.is_free(&key));
     let _ = e.etcdctl().args(["lease", "revoke", &lease]).output();
 }
+
+/// `etcdctl lock` cannot be told to stop: a safe break refuses it and changes nothing;
+/// `--force` revokes its lease.
+#[test]
+fn break_refuses_an_etcdctl_lock() {
+    let Some(e) = shared_etcd() else { return };
+    let b = TestBackend::etcd(&e.url());
+    let key = unique_key("break-etcdctl");
+    let dir = scratch("break-etcdctl");
+    let (inside, leave) = (dir.join("inside"), dir.join("leave"));
+    let holder = Proc::spawn(e.etcdctl().args([
+        "lock",
+        &format!("dlock/{key}"),
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "echo in > {}; while [ ! -e {} ]; do sleep 0.02; done",
+            inside.display(),
+            leave.display()
+        ),
+    ]));
+    wait_for_file(&inside, Duration::from_secs(10));
+    crate::breaking::foreign_holder_is_refused_then_forced(&b, &key, || {
+        b.status(&key)["held"] == true
+    });
+    assert!(b.is_free(&key));
+    std::fs::write(&leave, "").unwrap();
+    holder.wait(Duration::from_secs(10));
+}

@@ -490,3 +490,28 @@ fn break_ends_every_shared_holder_and_every_slot() {
     crate::breaking::break_ends_every_holder_of_a_shared_lock(&b, &["--shared"]);
     crate::breaking::break_ends_every_holder_of_a_shared_lock(&b, &["--limit", "2"]);
 }
+
+/// Another recipe's lock node (Curator's mutex names it `…lock-N`, its data no dlock record)
+/// cannot be told to stop: a safe break refuses it and leaves it; `--force` leaves it too (its
+/// client would not notice a deletion), with a note.
+#[test]
+fn break_refuses_a_curator_lock_node() {
+    let Some(zk) = shared_zookeeper() else { return };
+    let b = TestBackend::zookeeper(&zk.url());
+    let key = unique_key("break-curator");
+    let parent = format!("/dlock/{key}");
+    zk.mkdirs(&parent);
+    let node = zk.with_client(async |client| {
+        use zookeeper_client::{Acls, CreateMode};
+        let options = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
+        let (_, seq) = client
+            .create(&format!("{parent}/_c_curator-lock-"), b"10.0.0.9", &options)
+            .await
+            .expect("create a Curator-like lock node");
+        format!("{parent}/_c_curator-lock-{seq}")
+    });
+    let held = || zk.children(&parent).len() == 1;
+    crate::breaking::foreign_holder_is_refused_then_forced(&b, &key, held);
+    assert!(held(), "--force deleted another recipe's node");
+    zk.with_client(async |client| client.delete(&node, None).await.expect("delete"));
+}

@@ -515,7 +515,12 @@ impl Backend for RedisBackend {
             ..Status::new(key, self.kind(), self.node.addr.clone())
         };
         if status.held {
-            let mut h = super::read_record(meta.as_bytes()).unwrap_or_default();
+            // dlock writes its record in the script that sets the key: a key without one was
+            // set by another client (a redis-py Lock).
+            let mut h = super::read_record(meta.as_bytes()).unwrap_or_else(|| Holder {
+                foreign: Some("a client that is not dlock (no holder record)".into()),
+                ..Holder::default()
+            });
             h.broken = lock.starts_with(BROKEN_PREFIX);
             h.fencing_token = fence.parse().ok();
             h.lease_left_ms = u64::try_from(pttl).ok();
@@ -589,22 +594,34 @@ impl Backend for RedisBackend {
         let left: i64 = break_script(&keys)
             .invoke(&mut con)
             .map_err(|e| self.fail(e))?;
-        Ok(broken_by_tombstones(status, left))
+        broken_by_tombstones(status, left)
     }
 }
 
 /// What a safe break by tombstones did (here and on Redlock): free at the latest when the
 /// longest lease left (`left_ms`, as the server counted it) has run out.
-pub(in crate::backend) fn broken_by_tombstones(mut status: Status, left_ms: i64) -> Broken {
-    if !status.held || left_ms <= 0 {
-        return Broken::now(status);
+pub(in crate::backend) fn broken_by_tombstones(
+    mut status: Status,
+    left_ms: i64,
+) -> anyhow::Result<Broken> {
+    if !status.held {
+        return Ok(Broken::now(status));
+    }
+    if left_ms <= 0 {
+        // Held with no lease (a client that is not dlock set the key without an expiry):
+        // nothing was changed, and nothing would ever tell that holder to stop.
+        anyhow::bail!(
+            "{} is held with no lease, so not by dlock: it cannot be told to stop; --force \
+             removes it (unsafe)",
+            status.server_name.as_deref().unwrap_or("the key")
+        );
     }
     for h in &mut status.holders {
         h.broken = true;
     }
-    Broken {
+    Ok(Broken {
         status,
         frees: super::Frees::Within(Duration::from_millis(left_ms.unsigned_abs())),
         keep: None,
-    }
+    })
 }
