@@ -50,6 +50,8 @@ pub(super) fn hold(
     }
     let _ = sys::to_dev_null(0);
     let _ = sys::to_dev_null(1);
+    // Nothing the caller left open for dlock but stderr (until it has the handle).
+    let _ = sys::close_inherited();
     if let Err(e) = signals::block() {
         report::error(format_args!("cannot block signals: {e}"));
         return exit::UNAVAILABLE;
