@@ -200,41 +200,16 @@ impl Stopping {
         self.signal(&[libc::SIGKILL]);
     }
 
-    /// Why what is left outlives SIGKILL, for messages: a process of another user (the owner
-    /// ran `sudo`, `su`: dlock may not signal it, EPERM), one in uninterruptible sleep, or
-    /// what is left of the owner's group.
+    /// Why what is left outlives SIGKILL, for messages ([`procs::why_alive`]).
     pub(super) fn why_alive(&self) -> String {
-        let me = sys::euid();
-        let alive: Vec<&Proc> = self.procs.iter().filter(|p| p.is_running()).collect();
-        for p in &alive {
-            let status =
-                std::fs::read_to_string(format!("/proc/{}/status", p.pid)).unwrap_or_default();
-            let field = |name: &str| {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
-                    .unwrap_or_default()
-            };
-            // Real, effective, saved: a signal needs ours to match its real or saved uid.
-            let uids = field("Uid:");
-            let theirs = |i: usize| uids.get(i).and_then(|u| u.parse::<u32>().ok());
-            if me != 0 && theirs(0).is_some_and(|u| u != me) && theirs(2).is_some_and(|u| u != me) {
-                return format!(
-                    "pid {} runs as uid {} (it changed user, with sudo or su?) and cannot be \
-                     signalled by uid {me}",
-                    p.pid,
-                    theirs(0).unwrap_or_default()
-                );
-            }
-            if field("State:").first().is_some_and(|s| s == "D") {
-                return format!("pid {} is in uninterruptible sleep", p.pid);
-            }
-        }
-        match alive.first() {
-            Some(p) => format!("pid {} does not die", p.pid),
-            None => "processes of the owner's process group do not die".into(),
-        }
+        let alive: Vec<Proc> = self
+            .procs
+            .iter()
+            .copied()
+            .filter(Proc::is_running)
+            .collect();
+        procs::why_alive(&alive)
+            .unwrap_or_else(|| "processes of the owner's process group do not die".into())
     }
 
     /// Whether the stop found anything to signal.

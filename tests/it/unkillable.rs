@@ -122,3 +122,72 @@ fn the_holder_keeps_the_lock_while_a_process_it_cannot_kill_lives() {
     owner.close_stdin();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `dlock run` (as `nobody`) whose command leaves a process that became root: SIGKILL gets
+/// EPERM. dlock says so, keeps the lock — renewed, on a backend with a lease — until the
+/// process is gone, and only then exits and lets go. Regression: it blamed "uninterruptible
+/// sleep?" and abandoned the lock, so a lease ran out while the root process ran.
+#[test]
+fn run_keeps_the_lock_while_a_process_it_cannot_kill_lives() {
+    // SAFETY: geteuid takes nothing.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("DLOCK_TEST_REQUIRE_BACKENDS").is_none(),
+            "this test needs root, to run a command as nobody"
+        );
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let Some(url) = crate::servers::shared_redis() else {
+        return;
+    };
+    let dir = PathBuf::from(format!("/tmp/dlock-unkillable-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let program = become_root_program(&dir);
+    let pid_file = dir.join("root-pid");
+    let key = unique_key("unkillable-run");
+    let b = TestBackend::redis(&url);
+    let mut run = Command::new(DLOCK);
+    run.args([
+        "run",
+        "-u",
+        &url,
+        "-k",
+        &key,
+        "--ttl",
+        "1500ms",
+        "--kill-grace",
+        "300ms",
+    ])
+    .args(["--", "sh", "-c"])
+    .arg(format!(
+        "{} {} & exit 0",
+        program.display(),
+        pid_file.display()
+    ))
+    .current_dir("/")
+    .uid(65534)
+    .gid(65534);
+    let p = Proc::spawn(&mut run);
+    let root: i32 = wait_for_file(&pid_file, Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    // Several TTLs: a lease left to run out would be gone.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(alive(root) && alive(p.pid()));
+    let out = output(&mut b.run(&key, &["--no-wait"], &["true"]));
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "the lock was let go while a process of the command ran: {}",
+        describe(&out)
+    );
+    // SAFETY: kill takes a pid and a signal.
+    unsafe { libc::kill(root, libc::SIGKILL) };
+    let (out, _) = p.wait(Duration::from_secs(10));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("runs as uid 0"), "{}", describe(&out));
+    assert!(b.is_free(&key));
+    let _ = std::fs::remove_dir_all(&dir);
+}
