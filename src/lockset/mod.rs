@@ -280,7 +280,9 @@ fn acquire_one(
             // reconnect and queue again, within --wait (a --no-wait run tried once).
             Err(e)
                 if want.deadline != Deadline::Now
-                    && e.chain().any(|c| c.is::<crate::exit::Outage>()) =>
+                    && e.chain().any(|c| {
+                        c.is::<crate::exit::Outage>() || c.is::<crate::exit::Unreplicated>()
+                    }) =>
             {
                 if attempt.elapsed() > OUTAGE_RECOVERED {
                     outage.over(); // it had reconnected and waited: this is a new outage
@@ -291,7 +293,11 @@ fn acquire_one(
                     return Err(Busy {
                         holder: None,
                         waited: true,
-                        why: Some(format!("the server could not be reached: {e:#}")),
+                        why: Some(if unreplicated(&e) {
+                            format!("{e:#}")
+                        } else {
+                            format!("the server could not be reached: {e:#}")
+                        }),
                     }
                     .into());
                 }
@@ -313,8 +319,13 @@ fn acquire_one(
 /// An attempt that ran this long before its connection broke had reconnected and waited.
 const OUTAGE_RECOVERED: Duration = Duration::from_secs(3);
 
-/// A waiting run's view of an [`Outage`](crate::exit::Outage): says so once, and backs off
-/// between reconnects (100 ms, doubling, at most 2 s).
+/// Whether `e` is a grant the required replicas did not acknowledge (not a broken connection).
+fn unreplicated(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<crate::exit::Unreplicated>())
+}
+
+/// A waiting run's view of an [`Outage`](crate::exit::Outage) (or of a grant too few replicas
+/// acknowledged): says so once, and backs off between attempts (100 ms, doubling, at most 2 s).
 #[derive(Default)]
 struct Reconnecting {
     pause: Option<Duration>,
@@ -324,6 +335,13 @@ impl Reconnecting {
     /// The pause before the next reconnect; the first of an outage says so on stderr.
     fn next_pause(&mut self, backend: &str, key: &Key, e: &anyhow::Error) -> Duration {
         let pause = match self.pause {
+            None if unreplicated(e) => {
+                report::notice(format_args!(
+                    "{backend}: waiting for replicas to acknowledge '{key}' ({e:#}); \
+                     trying again until --wait runs out"
+                ));
+                Duration::from_millis(100)
+            }
             None => {
                 report::notice(format_args!(
                     "{backend}: lost the connection while waiting for '{key}' ({e:#}); \

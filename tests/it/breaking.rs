@@ -112,12 +112,17 @@ pub(crate) fn forced_break_removes_the_lock_at_once(b: &TestBackend) {
     let out = run_ok(b.cmd("break").args(["-k", &key, "--force"]));
     let said = String::from_utf8(out.stdout).unwrap();
     assert!(
-        said.contains("removed") && said.contains("forced") && said.contains(&format!("pid {}", p.pid())),
+        said.contains("removed")
+            && said.contains("forced")
+            && said.contains(&format!("pid {}", p.pid())),
         "{said}"
     );
     let (out, took) = p.wait(b.notice + Duration::from_secs(5));
     assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
-    assert!(took < b.notice + Duration::from_secs(3), "noticed after {took:?}");
+    assert!(
+        took < b.notice + Duration::from_secs(3),
+        "noticed after {took:?}"
+    );
     assert!(!alive(child));
     assert!(b.is_free(&key));
 }

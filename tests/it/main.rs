@@ -19,6 +19,7 @@ mod kernel;
 mod kernels;
 mod modes;
 mod mysql;
+mod operators;
 mod partition;
 mod pg_fake;
 mod poolers;

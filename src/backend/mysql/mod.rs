@@ -368,9 +368,7 @@ impl Backend for MysqlBackend {
     fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
         // Not yet safe on this backend: both ways remove the lock at once.
         let _ = how;
-        let removed = || -> anyhow::Result<Status> {
-            self.break_holders(key)
-        };
+        let removed = || -> anyhow::Result<Status> { self.break_holders(key) };
         removed().map(Broken::now)
     }
 

@@ -229,8 +229,13 @@ impl RedisBackend {
     }
 
     /// `?min-replicas=N`: waits (`WAIT N`, at most a third of the TTL and 1 s) until N replicas
-    /// have the grant; if fewer do, gives the lock back and fails as an outage (a waiting run
-    /// tries again within --wait; with --no-wait, exit 69).
+    /// have the grant; if fewer do, gives the lock back and fails as [`Unreplicated`] (a waiting
+    /// run tries again within --wait; with --no-wait, exit 69). Every way out but success gives
+    /// the lock back, on a fresh connection: a signal ends the WAIT's read (see
+    /// [`crate::signals::interrupts_network_waits`]) and leaves `con` mid-reply, so a release on
+    /// it failed and Ctrl-C left the key held by a dead process for the rest of its TTL.
+    ///
+    /// [`Unreplicated`]: crate::exit::Unreplicated
     fn replicated(
         &self,
         con: &mut Connection,
@@ -240,23 +245,39 @@ impl RedisBackend {
     ) -> anyhow::Result<()> {
         let want = self.node.min_replicas;
         let limit = (req.ttl / 3).min(Duration::from_secs(1));
-        con.set_read_timeout(Some(limit + COMMAND_TIMEOUT))?;
-        let acked: redis::RedisResult<u32> = redis::cmd("WAIT")
-            .arg(want)
-            .arg(limit.as_millis().max(1) as u64)
-            .query(con);
-        con.set_read_timeout(Some(COMMAND_TIMEOUT.min(req.ttl / 3)))?;
-        let why = match acked {
-            Ok(n) if n >= want => return Ok(()),
-            Ok(n) => format!(
-                "only {n} of the {want} replicas required (min-replicas) acknowledged the lock \
-                 within {}ms; gave it back",
+        let acked = con
+            .set_read_timeout(Some(limit + COMMAND_TIMEOUT))
+            .and_then(|()| {
+                redis::cmd("WAIT")
+                    .arg(want)
+                    .arg(limit.as_millis().max(1) as u64)
+                    .query::<u32>(con)
+            })
+            .and_then(|n| {
+                con.set_read_timeout(Some(COMMAND_TIMEOUT.min(req.ttl / 3)))?;
+                Ok(n)
+            });
+        if matches!(acked, Ok(n) if n >= want) {
+            return Ok(());
+        }
+        let signalled = req.interrupted();
+        self.release_token(keys, token, req.mode, signalled.is_some());
+        if let Some(sig) = signalled {
+            return Err(Interrupted(sig).into());
+        }
+        let plural = if want == 1 { "replica" } else { "replicas" };
+        match acked {
+            Ok(n) => Err(crate::exit::Unreplicated(format!(
+                "{}: {n} of the {want} {plural} that ?min-replicas requires acknowledged the lock \
+                 within {}ms; it was given back (`INFO replication` lists the server's replicas)",
+                self.node.addr,
                 limit.as_millis()
-            ),
-            Err(e) => format!("WAIT: {e}"),
-        };
-        let _: redis::RedisResult<i64> = release_for(keys, token, req.mode).invoke(con);
-        Err(crate::exit::Outage(format!("{}: {why}", self.node.addr)).into())
+            ))
+            .into()),
+            Err(e) => Err(self
+                .node
+                .error(format!("waiting for replicas on {}", self.node.addr), e)),
+        }
     }
 
     /// Best effort, after a lost reply: if the lock is ours after all, give it back.

@@ -1,0 +1,105 @@
+//! What an operator meets at the edges (issue 39): a `?min-replicas` wait that Ctrl-C ends, URL
+//! parameters no backend knows, and the hold-back of a freshly started server.
+
+use std::time::Duration;
+
+use crate::servers::shared_redis;
+use crate::util::*;
+
+/// Ctrl-C while a grant waits for replicas that do not exist: exit 130 and the key free at once.
+/// (It stayed held by the dead process for its TTL: the give-back ran on the connection whose
+/// WAIT reply the signal had cut off.)
+#[test]
+fn ctrl_c_during_a_min_replicas_wait_leaves_the_key_free() {
+    let Some(url) = shared_redis() else {
+        return;
+    };
+    let key = unique_key("min-replicas-int");
+    let plain = TestBackend::redis(&url);
+    let with = TestBackend::redis(&format!("{url}?min-replicas=1"));
+    let p = Proc::spawn(
+        with.cmd("run")
+            .args(["--ttl", "30s", "--wait", "30s", "-k", &key, "--", "true"]),
+    );
+    // The lock exists only while a grant waits for the replica (WAIT, up to 1 s): signal then.
+    wait_until(
+        Duration::from_secs(10),
+        "a grant waiting for replicas",
+        || plain.status(&key)["held"] == true,
+    );
+    p.signal(libc::SIGINT);
+    let (out, took) = p.wait(Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    assert!(took < Duration::from_secs(5));
+    assert_eq!(
+        plain.status(&key)["held"],
+        false,
+        "the key is free after Ctrl-C\n{}",
+        describe(&out)
+    );
+}
+
+/// The retry line of a grant too few replicas acknowledged says what the run waits for; the
+/// connection was fine, and it used to say it was lost.
+#[test]
+fn min_replicas_retry_line_says_it_waits_for_replicas() {
+    let Some(url) = shared_redis() else {
+        return;
+    };
+    let key = unique_key("min-replicas-line");
+    let with = TestBackend::redis(&format!("{url}?min-replicas=1"));
+    let out = run_code(
+        with.cmd("run")
+            .args(["--ttl", "3s", "--wait", "1500ms", "-k", &key, "--", "true"]),
+        75,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("waiting for replicas to acknowledge") && !err.contains("connection"),
+        "{}",
+        describe(&out)
+    );
+    assert!(
+        err.lines().all(|l| l.starts_with("dlock: ")),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(TestBackend::redis(&url).status(&key)["held"], false);
+}
+
+/// A URL parameter that no backend knows (a typo such as `?min-replica=1`) is a usage error,
+/// exit 2 with one line naming it, on every backend and every subcommand that takes a URL —
+/// decided before anything is reached, so the closed ports here never matter.
+#[test]
+fn unknown_url_parameters_are_usage_errors_on_every_backend() {
+    let dir = scratch("url-params");
+    let file = format!("file://{}?mode=x", dir.display());
+    let table: &[(&str, &str)] = &[
+        (&file, "mode"),
+        ("redis://127.0.0.1:1/?min-replica=1", "min-replica"),
+        ("rediss://127.0.0.1:1/?timeout=1", "timeout"),
+        (
+            "redis+unix:///nonexistent.sock?min-replica=1",
+            "min-replica",
+        ),
+        (
+            "redis-sentinel://127.0.0.1:1/m?min-replica=1",
+            "min-replica",
+        ),
+        ("mysql://u@127.0.0.1:1/db?sslmod=required", "sslmod"),
+        ("postgres://u@127.0.0.1:1/db?sslmod=require", "sslmod"),
+        ("zookeeper://127.0.0.1:1/locks?timeout=1", "zookeeper"),
+        ("etcd://127.0.0.1:1/?timeout=1", "etcd"),
+    ];
+    for (url, named) in table {
+        for (sub, rest) in [
+            ("run", &["-n", "-k", "x", "--", "true"][..]),
+            ("status", &["-k", "x"]),
+        ] {
+            let out = run_code(dlock().args([sub, "--url", url]).args(rest), 2);
+            let line = one_error_line(&out);
+            assert!(line.contains(named), "{url}: {}", describe(&out));
+            assert!(!dir.join("x").exists() && !dir.join("x.lock").exists());
+        }
+    }
+}
