@@ -284,6 +284,11 @@ pub(crate) fn list_text(
                 [h] => h.short(),
                 [h, rest @ ..] => format!("{} and {} more", h.short(), rest.len()),
             };
+            let holder = if s.holders.iter().any(|h| h.held_back_ms.is_some()) {
+                format!("{holder} (held back)")
+            } else {
+                holder
+            };
             let since = s
                 .holders
                 .iter()
@@ -344,7 +349,13 @@ pub(crate) fn status_text(s: &Status) -> String {
         if h.broken {
             out.push_str(" (broken: stopping its command)");
         }
+        if h.held_back_ms.is_some() {
+            out.push_str(" (held back)");
+        }
         out.push('\n');
+        if let Some(ms) = h.held_back_ms {
+            out.push_str(&held_back_text(ms, s.server_up_s));
+        }
         if let Some(c) = &h.command {
             out.push_str(&format!("    command: {}\n", clean(c, MAX_FIELD)));
         }
@@ -392,6 +403,25 @@ pub(crate) fn status_text(s: &Status) -> String {
         out.push_str(&format!("  note: {}\n", clean(n, MAX_LINE)));
     }
     out
+}
+
+/// The line under a held-back holder: "    held back: 29s more before its command starts (the
+/// server started 2s ago; if it restarted, a holder from before may still run)".
+fn held_back_text(ms: u64, up: Option<u64>) -> String {
+    // Whole seconds, rounded up: never shorter than the run's own count.
+    let left = short_duration(Duration::from_secs(ms.div_ceil(1000)));
+    let started = match up {
+        Some(0) => "the server started less than a second ago; ".to_string(),
+        Some(s) => format!(
+            "the server started {} ago; ",
+            short_duration(Duration::from_secs(s))
+        ),
+        None => String::new(),
+    };
+    format!(
+        "    held back: {left} more before its command starts ({started}if it restarted, a \
+         holder from before may still run)\n"
+    )
 }
 
 /// How `status` shows an acquire-held lock: "held by dlock acquire for pid 4200 (bash
@@ -504,6 +534,7 @@ mod tests {
                 session: b.3,
                 foreign: c.1,
                 node: c.2,
+                ..Default::default()
             })
     }
 

@@ -77,6 +77,7 @@ impl Record {
             key: None,
             reason: None,
             owner: None,
+            ttl_ms: None,
         }
     }
 }

@@ -103,3 +103,81 @@ fn unknown_url_parameters_are_usage_errors_on_every_backend() {
         }
     }
 }
+
+/// A lock a freshly started server holds back: `status` shows it held back, with the time left
+/// and the server's age, not as a command that runs (its command has not started); a `--wait`
+/// shorter than the hold-back is honoured, then busy (75); a run whose hold-back ends within
+/// its `--wait` runs its command then.
+#[test]
+fn held_back_lock_shows_in_status_and_honours_wait() {
+    let Some(server) = crate::servers::Redis::start(&[]) else {
+        return;
+    };
+    let b = TestBackend {
+        ttl: Duration::from_secs(3),
+        ..TestBackend::redis(&server.url())
+    };
+    let key = unique_key("held-back");
+    let ran = scratch("held-back").join("ran");
+    let holder = Proc::spawn(&mut b.run(
+        &key,
+        &["--wait", "10s"],
+        &sh(&format!("touch {}", ran.display())),
+    ));
+    wait_until(Duration::from_secs(5), "the lock held", || {
+        b.status(&key)["held"] == true
+    });
+    let st = b.status(&key);
+    let left = st["holders"][0]["held_back_ms"].as_u64();
+    assert!(
+        left.is_some_and(|ms| ms > 0 && ms <= 4000)
+            && st["server_up_s"].as_u64().is_some_and(|s| s < 4),
+        "{st}"
+    );
+    let text = run_ok(b.cmd("status").args(["-k", &key]));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("(held back)") && text.contains("more before its command starts"),
+        "{text}"
+    );
+    assert!(!ran.exists(), "the command started during the hold-back");
+
+    // Another run's --wait 1s is honoured (it queues behind the holder), then busy.
+    let p = Proc::spawn(&mut b.run(&key, &["--wait", "1s"], &["true"]));
+    let (out, took) = p.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+    assert!(took >= Duration::from_secs(1), "{took:?}");
+
+    let (out, _) = holder.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(ran.exists());
+    assert!(b.status(&key)["holders"].as_array().unwrap().is_empty());
+}
+
+/// The hold-back's own `--wait`: shorter than the hold-back, the run keeps the lock until
+/// `--wait` runs out (not giving up at once, as it did), then exits 75 having given it back.
+#[test]
+fn a_wait_shorter_than_the_hold_back_is_waited_out() {
+    let Some(server) = crate::servers::Redis::start(&[]) else {
+        return;
+    };
+    let b = TestBackend {
+        ttl: Duration::from_secs(5),
+        ..TestBackend::redis(&server.url())
+    };
+    let key = unique_key("held-back-wait");
+    let p = Proc::spawn(&mut b.run(&key, &["--wait", "1500ms"], &["true"]));
+    let (out, took) = p.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("longer than --wait") && err.contains("held back for"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(b.status(&key)["held"], false, "given back");
+}

@@ -179,6 +179,11 @@ impl Node {
     }
 }
 
+/// `uptime_in_seconds` of an `INFO server` reply.
+pub(super) fn uptime(info: &str) -> Option<u64> {
+    doctor::field(info, "uptime_in_seconds")?.parse().ok()
+}
+
 /// Locks on one Redis server.
 pub(crate) struct RedisBackend {
     node: Node,
@@ -558,6 +563,14 @@ impl Backend for RedisBackend {
                 let n: u32 = mode.parse().unwrap_or(0);
                 status.mode = Some(if n > 0 { Mode::Limit(n) } else { Mode::Shared });
                 status.limit = (n > 0).then_some(n);
+            }
+        }
+        // A young server holds a grant back: `status` says so rather than show a command that
+        // has not started (best effort: a server that denies INFO shows the holders as they are).
+        if status.holders.iter().any(|h| h.ttl_ms.is_some()) {
+            let info: redis::RedisResult<String> = redis::cmd("INFO").arg("server").query(&mut con);
+            if let Some(up) = info.ok().as_deref().and_then(uptime) {
+                status.mark_held_back(up);
             }
         }
         Ok(status)
