@@ -584,7 +584,7 @@ fn release(name: &str, key: &str, lease: Box<dyn backend::Lease>) {
 fn status(cfg: &KeyConfig, json: bool) -> u8 {
     report::set_verbosity(cfg.verbosity);
     let name = cfg.target.kind.name();
-    let result = backend::open(&cfg.target).and_then(|b| {
+    let result = backend::open_existing(&cfg.target).and_then(|b| {
         let s = b.status(&cfg.key)?;
         Ok((s, history::cmd::last_run(b.as_ref(), &cfg.key)))
     });
@@ -612,7 +612,7 @@ fn status(cfg: &KeyConfig, json: bool) -> u8 {
 fn list(target: &crate::config::Target, verbosity: crate::model::Verbosity, json: bool) -> u8 {
     report::set_verbosity(verbosity);
     let name = target.kind.name();
-    let found = backend::open(target).and_then(|b| {
+    let found = backend::open_existing(target).and_then(|b| {
         let mut busy = Vec::new();
         let keys = b.list_keys()?;
         if keys.len() >= backend::MAX_LISTED {

@@ -181,3 +181,31 @@ fn a_wait_shorter_than_the_hold_back_is_waited_out() {
     );
     assert_eq!(b.status(&key)["held"], false, "given back");
 }
+
+/// `status`, `log` and `break` with a mistyped `file://` path say so in one line (exit 69) and
+/// create nothing (the directory used to be made, and the lock shown free); `run` creates it.
+#[test]
+fn a_mistyped_file_directory_is_not_created_by_status_log_or_break() {
+    let dir = scratch("typo").join("no").join("such");
+    let url = format!("file://{}", dir.display());
+    for sub in [
+        &["status", "-k", "x"][..],
+        &["status"],
+        &["log", "-k", "x"],
+        &["break", "-k", "x"],
+    ] {
+        let out = run_code(dlock().args(sub).args(["--url", &url]), 69);
+        let line = one_error_line(&out);
+        assert!(
+            line.contains("no lock directory") && line.contains(&dir.display().to_string()),
+            "{sub:?}: {line}"
+        );
+        assert!(
+            !dir.exists() && !dir.parent().unwrap().exists(),
+            "{sub:?} created it"
+        );
+    }
+    run_ok(dlock().args(["run", "--url", &url, "-k", "x", "--", "true"]));
+    assert!(dir.is_dir());
+    run_ok(dlock().args(["status", "--url", &url, "-k", "x"]));
+}
