@@ -616,7 +616,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__log)
-            opts="-b -u -k -n -v -q -h -V --backend --url --key --runs --json --verbose --quiet --help --version"
+            opts="-b -u -k -r -n -v -q -h -V --backend --url --key --runs --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -665,11 +665,15 @@ _dlock() {
                     fi
                     return 0
                     ;;
-                -n)
+                -r)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

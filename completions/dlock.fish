@@ -112,7 +112,8 @@ postgres\t'PostgreSQL (session advisory locks)'
 etcd\t'etcd (the lock recipe of etcdctl lock)'"
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s k -l key -d 'The lock\'s name' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand log" -s n -l runs -d 'How many runs to show, newest first' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s r -l runs -d 'How many runs to show, newest first' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s n -d 'The old spelling of --runs: taken, with a warning, until a later release drops it (-n is --no-wait in run and acquire)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand log" -l json -d 'Print a JSON array of runs instead of text'
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s v -l verbose -d 'Log acquire, renew and release events with timings'
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'

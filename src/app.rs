@@ -72,7 +72,15 @@ fn command_code() -> u8 {
             },
         },
         Command::Log(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
-            Ok(cfg) => history::cmd::log(&cfg, a.runs as usize, a.json),
+            Ok(cfg) => {
+                if a.runs_n.is_some() {
+                    report::warn(format_args!(
+                        "'log -n N' is now 'log -r N' (--runs): -n is --no-wait in run and \
+                         acquire; -n will stop working in a later release"
+                    ));
+                }
+                history::cmd::log(&cfg, a.runs_n.unwrap_or(a.runs) as usize, a.json)
+            }
             Err(e) => usage(&e),
         },
         Command::Break(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {

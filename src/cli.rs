@@ -155,7 +155,7 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
         "hold both locks (taken in one order, so two such runs never deadlock)",
     ),
     (
-        "eval \"$(dlock acquire -k deploy --reason 'deploy v1.4')\"; ./migrate.sh; dlock release",
+        "eval \"$(dlock acquire -k deploy --reason v1.4)\"; ./migrate.sh; dlock release",
         "hold 'deploy' across several commands of a script; release exits 79 if it was lost",
     ),
     (
@@ -172,18 +172,55 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The width `--help`'s tables fit in: a pager or an 80-column terminal shows every line whole
+/// (clap wraps only lines longer than the terminal, and then mid-phrase, without the indent).
+const HELP_WIDTH: usize = 80;
+/// A first column wider than this puts each description under its term instead of beside it.
+const BESIDE_AT_MOST: usize = 16;
+
+/// A titled table for `--help`, every line at most [`HELP_WIDTH`] columns: each description
+/// wrapped beside its term (with a hanging indent) when the terms are short, else under it.
 fn table<A: AsRef<str>, B: AsRef<str>>(title: &str, rows: &[(A, B)]) -> String {
     let width = rows
         .iter()
-        .map(|(a, _)| a.as_ref().len())
+        .map(|(a, _)| a.as_ref().chars().count())
         .max()
         .unwrap_or(0);
     let mut s = format!("{title}:\n");
     for (a, b) in rows {
         let (a, b) = (a.as_ref(), b.as_ref());
-        s.push_str(&format!("  {a:width$}  {b}\n"));
+        if width <= BESIDE_AT_MOST {
+            let indent = 2 + width + 2;
+            for (i, line) in wrap(b, HELP_WIDTH - indent).iter().enumerate() {
+                let term = if i == 0 { a } else { "" };
+                s.push_str(&format!("  {term:width$}  {line}\n"));
+            }
+        } else {
+            s.push_str(&format!("  {a}\n"));
+            for line in wrap(b, HELP_WIDTH - 6) {
+                s.push_str(&format!("      {line}\n"));
+            }
+        }
     }
     s
+}
+
+/// `text` in lines of at most `width` columns, broken between words (a longer word stands
+/// alone on its line).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in text.split_whitespace() {
+        let line = lines.last_mut().expect("one line at least");
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(word.to_string());
+        } else {
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+    }
+    lines
 }
 
 /// `dlock -h`'s line.
@@ -230,7 +267,10 @@ pub(crate) fn after_long_help() -> String {
     about = about(),
     long_about = long_about(),
     after_long_help = after_long_help(),
-    propagate_version = true
+    propagate_version = true,
+    // Help fits 80 columns (a pager, a narrow terminal) on a wider terminal too, and when
+    // piped: clap's own width there was 100, and `less` in 80 columns broke lines mid-word.
+    max_term_width = HELP_WIDTH
 )]
 pub(crate) struct Cli {
     /// What to do.
@@ -570,9 +610,15 @@ pub(crate) struct LogArgs {
     pub key: String,
 
     /// How many runs to show, newest first
-    #[arg(value_hint = ValueHint::Other, short = 'n', long, value_name = "N", default_value_t = 20,
+    #[arg(value_hint = ValueHint::Other, short = 'r', long, value_name = "N", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(1..=crate::history::MAX_RUNS as i64))]
     pub runs: u32,
+
+    /// The old spelling of --runs: taken, with a warning, until a later release drops it (-n is
+    /// --no-wait in run and acquire)
+    #[arg(short = 'n', hide = true, value_name = "N", conflicts_with = "runs",
+          value_parser = clap::value_parser!(u32).range(1..=crate::history::MAX_RUNS as i64))]
+    pub runs_n: Option<u32>,
 
     /// Print a JSON array of runs instead of text
     #[arg(long)]

@@ -209,3 +209,57 @@ fn a_mistyped_file_directory_is_not_created_by_status_log_or_break() {
     assert!(dir.is_dir());
     run_ok(dlock().args(["status", "--url", &url, "-k", "x"]));
 }
+
+/// `log` counts runs with `-r` (`--runs`): `-n` is `--no-wait` in `run` and `acquire`. The old
+/// `log -n N` still works, with one warning line naming the new spelling.
+#[test]
+fn log_runs_is_dash_r_and_dash_n_still_works_with_a_warning() {
+    let b = TestBackend::file();
+    let key = unique_key("log-r");
+    for _ in 0..3 {
+        run_ok(&mut b.run(&key, &[], &["true"]));
+    }
+    let runs = |flag: &str| {
+        let out = run_ok(b.cmd("log").args(["-k", &key, "--json", flag, "2"]));
+        let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (all.as_array().unwrap().len(), out)
+    };
+    let (n, out) = runs("-r");
+    assert_eq!(n, 2);
+    assert!(out.stderr.is_empty(), "{}", describe(&out));
+    let (n, out) = runs("-n");
+    assert_eq!(n, 2);
+    let line = one_error_line(&out);
+    assert!(line.contains("-r") && line.contains("--no-wait"), "{line}");
+}
+
+/// `--help` fits 80 columns when piped (into a pager): no line is longer, and each example's
+/// command stands whole on its own line (they wrapped mid-phrase, the description run into the
+/// command's line).
+#[test]
+fn help_fits_80_columns_and_examples_stand_whole() {
+    for sub in [
+        "", "run", "acquire", "release", "status", "log", "break", "doctor", "bench",
+    ] {
+        let out = run_ok(dlock().args([sub, "--help"].iter().filter(|a| !a.is_empty())));
+        let text = String::from_utf8_lossy(&out.stdout);
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "{sub} --help: {line:?}");
+        }
+    }
+    let out = run_ok(dlock().arg("--help"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let examples = text
+        .split("Examples:\n")
+        .nth(1)
+        .expect("an Examples section");
+    let commands: Vec<&str> = examples
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .map(str::trim)
+        .collect();
+    assert!(commands.len() >= 5, "{examples}");
+    for c in commands {
+        assert!(c.starts_with("dlock ") || c.starts_with("eval "), "{c:?}");
+    }
+}
