@@ -121,14 +121,14 @@ fn scrub(line: String) -> String {
 /// An event line, shown with `-v` only.
 pub(crate) fn verbose(args: Arguments<'_>) {
     if level() >= Verbosity::Verbose as u8 {
-        eprintln!("dlock: {}", clean(&args.to_string(), MAX_LINE));
+        eprintln!("dlock: {}", clean(&plain(args.to_string()), MAX_LINE));
     }
 }
 
 /// A notice of something the user should know (a lock held back), hidden by `-q`.
 pub(crate) fn notice(args: Arguments<'_>) {
     if level() >= Verbosity::Normal as u8 {
-        eprintln!("dlock: {}", clean(&args.to_string(), MAX_LINE));
+        eprintln!("dlock: {}", clean(&plain(args.to_string()), MAX_LINE));
     }
 }
 
@@ -137,20 +137,62 @@ pub(crate) fn warn(args: Arguments<'_>) {
     if level() >= Verbosity::Normal as u8 {
         eprintln!(
             "dlock: warning: {}",
-            clean(&scrub(args.to_string()), MAX_LINE)
+            clean(&plain(scrub(args.to_string())), MAX_LINE)
         );
     }
 }
 
 /// An error: always shown, one line (a newline in a server's message is escaped too).
 pub(crate) fn error(args: Arguments<'_>) {
-    eprintln!("dlock: {}", clean(&args.to_string(), MAX_LINE));
+    eprintln!("dlock: {}", clean(&plain(args.to_string()), MAX_LINE));
 }
 
 /// A usage error (exit 2), which may quote a URL: as [`error`], without any secret of the URLs
 /// given ([`hide_secrets`]).
 pub(crate) fn usage_error(args: Arguments<'_>) {
-    eprintln!("dlock: {}", clean(&scrub(args.to_string()), MAX_LINE));
+    eprintln!(
+        "dlock: {}",
+        clean(&plain(scrub(args.to_string())), MAX_LINE)
+    );
+}
+
+/// `text` without the error numbers Rust's `io::Error` appends to the system's words ("No such
+/// file or directory (os error 2)"): whichever library formatted an I/O error, the line says
+/// what happened in words only. Applied once, to every line dlock prints on stderr.
+pub(crate) fn plain(text: String) -> String {
+    const MARK: &str = " (os error ";
+    if !text.contains(MARK) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(MARK) {
+        let after = &rest[at + MARK.len()..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && after[digits..].starts_with(')') {
+            out.push_str(&rest[..at]);
+            rest = &after[digits + 1..];
+        } else {
+            out.push_str(&rest[..at + MARK.len()]);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// An I/O error in the system's words, without "(os error N)" and starting lower-case, to follow
+/// a colon: "no such file or directory", "connection refused".
+pub(crate) fn io_words(e: &std::io::Error) -> String {
+    let text = plain(e.to_string());
+    let mut chars = text.chars();
+    match (chars.next(), chars.next()) {
+        // "No such file", but not "TLS" or "EOF".
+        (Some(first), Some(second)) if first.is_uppercase() && !second.is_uppercase() => {
+            first.to_lowercase().chain(text.chars().skip(1)).collect()
+        }
+        _ => text,
+    }
 }
 
 /// A holder record's `since_ms` as a date; a value past the year 9999 (no real record has one)
@@ -476,6 +518,26 @@ pub(crate) fn broke_text(s: &Status, verb: &str, then: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn os_error_numbers_are_dropped_and_io_errors_are_words() {
+        let e = std::io::Error::from_raw_os_error(libc::ENOENT);
+        assert_eq!(io_words(&e), "no such file or directory");
+        assert_eq!(
+            plain(format!(
+                "cannot create /x: {e}; and (os error 111) (os error x)"
+            )),
+            "cannot create /x: No such file or directory; and (os error x)"
+        );
+        assert_eq!(
+            plain("a: Connection refused (os error 111), b (os error 2)".into()),
+            "a: Connection refused, b"
+        );
+        assert_eq!(
+            io_words(&std::io::Error::other("TLS says no")),
+            "TLS says no"
+        );
+    }
 
     #[test]
     fn control_characters_never_reach_the_terminal() {

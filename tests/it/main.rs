@@ -5,6 +5,7 @@ mod bench;
 mod breaking;
 mod cli;
 mod conformance;
+mod errors;
 mod etcd;
 mod etcd_hostile;
 mod faults;

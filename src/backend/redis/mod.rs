@@ -172,9 +172,10 @@ impl Node {
             || e.is_connection_refusal()
             || failover;
         if transport {
-            self.reach.transport_error(format!("{doing}: {e}"))
+            self.reach
+                .transport_error(format!("{doing}: {}", conn::words(&e)))
         } else {
-            Unavailable(format!("{doing}: {e}")).into()
+            Unavailable(format!("{doing}: {}", conn::words(&e))).into()
         }
     }
 }
@@ -205,8 +206,9 @@ impl RedisBackend {
     /// A failed request of `status`, `break` or `purge`: what stands between if that is what
     /// failed (a proxy, a replica), else the server's error as it is.
     fn fail(&self, e: redis::RedisError) -> anyhow::Error {
-        ground::refusal(&self.node, &e)
-            .unwrap_or_else(|| Unavailable(format!("{}: {e}", self.node.addr)).into())
+        ground::refusal(&self.node, &e).unwrap_or_else(|| {
+            Unavailable(format!("{}: {}", self.node.addr, conn::words(&e))).into()
+        })
     }
 
     /// The exclusive holder, else one shared holder, for messages.
