@@ -35,4 +35,5 @@ mod servers;
 mod sql_safety;
 mod tree;
 mod util;
+mod waitline;
 mod zookeeper;
