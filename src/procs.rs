@@ -184,6 +184,11 @@ struct Stat {
     start: u64,
 }
 
+/// The parent of `pid`, if it exists.
+pub(crate) fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+    read_stat(pid).map(|st| st.ppid)
+}
+
 /// `/proc/PID/stat`, parsed; `None` if it cannot be read (gone) or parsed.
 fn read_stat(pid: libc::pid_t) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)

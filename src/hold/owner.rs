@@ -17,6 +17,31 @@ use crate::sys::{self, PidFd};
 /// kernel before 5.3 tells a process that another one, not its child, has ended.
 pub(super) const OWNER_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Programs that run dlock for a shell and exit with it (`eval "$(timeout 60 dlock acquire …)"`):
+/// the default owner is the first process above them, not them — else the lock would be given
+/// back as soon as the handle is printed.
+pub(super) const WRAPPERS: &[&str] = &[
+    "timeout", "time", "sudo", "doas", "env", "nice", "ionice", "chrt", "taskset", "stdbuf",
+    "nohup", "setpriv", "runuser", "strace", "ltrace", "unbuffer", "flock",
+];
+
+/// The default owner: the process that ran `dlock acquire`, or above any [`WRAPPERS`] between
+/// them (at most 8).
+pub(super) fn caller_owner() -> libc::pid_t {
+    let mut pid = sys::parent_pid();
+    for _ in 0..8 {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if !WRAPPERS.contains(&comm.trim_end()) {
+            break;
+        }
+        match procs::parent_of(pid) {
+            Some(up) if up > 1 => pid = up,
+            _ => break,
+        }
+    }
+    pid
+}
+
 /// A pinned owner process.
 pub(super) struct Owner {
     pid: libc::pid_t,
@@ -26,9 +51,9 @@ pub(super) struct Owner {
 }
 
 impl Owner {
-    /// Pins `pid`, a live process of this user (any, for root). `parent`: it must still be this
-    /// process's parent once pinned (the default owner; a parent that died meanwhile could have
-    /// had its pid reused). Refused: init and namespace inits (every process descends from
+    /// Pins `pid`, a live process of this user (any, for root). `parent`: it must still be the
+    /// default owner once pinned ([`caller_owner`]: this process's parent, or the process above
+    /// its wrappers; one that died meanwhile could have had its pid reused). Refused: init and namespace inits (every process descends from
     /// them) and a service manager (`systemd --user` runs `ExecStartPre=`).
     pub(super) fn pin(pid: u32, parent: bool) -> Result<Owner, Usage> {
         let which = if parent {
@@ -52,7 +77,7 @@ impl Owner {
             Some(Err(_)) | None => None,
         };
         let proc = Proc::of(pid).ok_or_else(gone)?;
-        if parent && sys::parent_pid() != pid {
+        if parent && caller_owner() != pid {
             return Err(Usage(format!("{which} {pid} exited: {hint}")));
         }
         use std::os::unix::fs::MetadataExt;
@@ -173,6 +198,43 @@ impl Stopping {
         self.procs.dedup();
         self.is_over();
         self.signal(&[libc::SIGKILL]);
+    }
+
+    /// Why what is left outlives SIGKILL, for messages: a process of another user (the owner
+    /// ran `sudo`, `su`: dlock may not signal it, EPERM), one in uninterruptible sleep, or
+    /// what is left of the owner's group.
+    pub(super) fn why_alive(&self) -> String {
+        let me = sys::euid();
+        let alive: Vec<&Proc> = self.procs.iter().filter(|p| p.is_running()).collect();
+        for p in &alive {
+            let status =
+                std::fs::read_to_string(format!("/proc/{}/status", p.pid)).unwrap_or_default();
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                    .unwrap_or_default()
+            };
+            // Real, effective, saved: a signal needs ours to match its real or saved uid.
+            let uids = field("Uid:");
+            let theirs = |i: usize| uids.get(i).and_then(|u| u.parse::<u32>().ok());
+            if me != 0 && theirs(0).is_some_and(|u| u != me) && theirs(2).is_some_and(|u| u != me) {
+                return format!(
+                    "pid {} runs as uid {} (it changed user, with sudo or su?) and cannot be \
+                     signalled by uid {me}",
+                    p.pid,
+                    theirs(0).unwrap_or_default()
+                );
+            }
+            if field("State:").first().is_some_and(|s| s == "D") {
+                return format!("pid {} is in uninterruptible sleep", p.pid);
+            }
+        }
+        match alive.first() {
+            Some(p) => format!("pid {} does not die", p.pid),
+            None => "processes of the owner's process group do not die".into(),
+        }
     }
 
     /// Whether the stop found anything to signal.
