@@ -72,7 +72,15 @@ fn command_code() -> u8 {
             },
         },
         Command::Log(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
-            Ok(cfg) => history::cmd::log(&cfg, a.runs as usize, a.json),
+            Ok(cfg) => {
+                if a.runs_n.is_some() {
+                    report::warn(format_args!(
+                        "'log -n N' is now 'log -r N' (--runs): -n is --no-wait in run and \
+                         acquire; -n will stop working in a later release"
+                    ));
+                }
+                history::cmd::log(&cfg, a.runs_n.unwrap_or(a.runs) as usize, a.json)
+            }
             Err(e) => usage(&e),
         },
         Command::Break(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
@@ -570,7 +578,7 @@ fn release(name: &str, key: &str, lease: Box<dyn backend::Lease>) {
 fn status(cfg: &KeyConfig, json: bool) -> u8 {
     report::set_verbosity(cfg.verbosity);
     let name = cfg.target.kind.name();
-    let result = backend::open(&cfg.target).and_then(|b| {
+    let result = backend::open_existing(&cfg.target).and_then(|b| {
         let s = b.status(&cfg.key)?;
         Ok((s, history::cmd::last_run(b.as_ref(), &cfg.key)))
     });
@@ -598,7 +606,7 @@ fn status(cfg: &KeyConfig, json: bool) -> u8 {
 fn list(target: &crate::config::Target, verbosity: crate::model::Verbosity, json: bool) -> u8 {
     report::set_verbosity(verbosity);
     let name = target.kind.name();
-    let found = backend::open(target).and_then(|b| {
+    let found = backend::open_existing(target).and_then(|b| {
         let mut busy = Vec::new();
         let keys = b.list_keys()?;
         if keys.len() >= backend::MAX_LISTED {

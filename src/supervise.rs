@@ -161,13 +161,7 @@ fn exec_failure(name: &str, words: usize, e: &io::Error) -> String {
     let what = match e.kind() {
         io::ErrorKind::NotFound => "not found".to_string(),
         io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-        _ => {
-            let text = e.to_string();
-            text.split(" (os error")
-                .next()
-                .unwrap_or(&text)
-                .to_lowercase()
-        }
+        _ => crate::report::io_words(e),
     };
     let mut line = format!("cannot run '{name}': {what}");
     if e.kind() == io::ErrorKind::NotFound && words == 1 && name.contains(' ') {

@@ -51,7 +51,7 @@ macro_rules! history {
 pub(crate) fn log_json(b: &TestBackend, key: &str, n: usize) -> Vec<serde_json::Value> {
     let out = run_ok(
         b.cmd("log")
-            .args(["-k", key, "--json", "-n", &n.to_string()]),
+            .args(["-k", key, "--json", "-r", &n.to_string()]),
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("log --json is JSON");
     v.as_array().expect("an array").clone()

@@ -35,6 +35,20 @@ pub(crate) const MAX_REPLY: usize = 4 << 20;
 /// while one command is answered is not one to lock on.
 const MAX_REDIRECTS: usize = 5;
 
+/// A Redis error in words, for a message: redis-rs's own, but a reply that does not parse
+/// ("Incompatible type - Parse error at 1\nUnexpected `33`…", from an HTTP server, say) is said
+/// to be a server that does not answer as Redis does.
+pub(crate) fn words(e: &redis::RedisError) -> String {
+    match e.kind() {
+        redis::ErrorKind::Parse => {
+            "the server did not answer as Redis does (is it a Redis server, and is this its \
+             port?)"
+                .into()
+        }
+        _ => e.to_string(),
+    }
+}
+
 /// One connection to one Redis server.
 pub(crate) struct Connection {
     stream: Stream,
