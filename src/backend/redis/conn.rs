@@ -398,9 +398,11 @@ mod tests {
             let _ = redirect_addr(&tcp("h", 1), &target);
         }
 
-        /// `host:port` names that host and port; `:port` the host asked, at that port.
+        /// `host:port` names that host and port; `:port` the host asked, at that port. (Port 0
+        /// is refused: `redirect_with_an_empty_host_is_to_the_host_asked`. Drawn from all of
+        /// u16, it failed one run in a few hundred.)
         #[test]
-        fn redirect_targets_round_trip(host in "[a-z0-9][a-z0-9.-]{0,30}", port: u16) {
+        fn redirect_targets_round_trip(host in "[a-z0-9][a-z0-9.-]{0,30}", port in 1u16..) {
             let like = tcp("asked.example", 1);
             prop_assert_eq!(to(&like, &format!("{host}:{port}")), hp(&host, port));
             prop_assert_eq!(to(&like, &format!(":{port}")), hp("asked.example", port));
