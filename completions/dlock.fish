@@ -42,15 +42,15 @@ zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
 etcd\t'etcd (the lock recipe of etcdctl lock)'"
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s k -l key -d 'The lock\'s name (1-256 bytes of UTF-8, no control characters); repeat to hold several locks at once (taken in one fixed order, so runs never deadlock)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Semaphore: up to N holders of KEY at once; every user of KEY must give the same N' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'Lease length on the server; renewed every ttl/3' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long for the lock [default: wait forever]' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock was not acquired; 0 makes the skip a silent success (`run` only: `acquire` refuses it, as `eval` would take a busy lock for a taken one)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-grace -d 'After SIGTERM to the command (and what it started), how long before SIGKILL' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l reason -d 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l once-per -d 'Skip (exit 75, or -E\'s code) when a run of KEY started less than DURATION ago on any host, by the backend\'s clock; for cron on several hosts' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s k -l key -d 'The lock\'s name (1-256 bytes of UTF-8, no control characters); repeat to hold several locks at once (taken in one fixed order, so runs never deadlock)' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Semaphore: up to N holders of KEY at once; every user of KEY must give the same N' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'Lease length on the server; renewed every ttl/3' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long for the lock [default: wait forever]' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock was not acquired; 0 makes the skip a silent success (`run` only: `acquire` refuses it, as `eval` would take a busy lock for a taken one)' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-grace -d 'After SIGTERM to the command (and what it started), how long before SIGKILL' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l reason -d 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l once-per -d 'Skip (exit 75, or -E\'s code) when a run of KEY started less than DURATION ago on any host, by the backend\'s clock; for cron on several hosts' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s s -l shared -d 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -d 'Try once; do not wait'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l no-history -d 'Leave no record of this run in KEY\'s history (`dlock log`); also DLOCK_NO_HISTORY=1, which --once-per overrides'
@@ -64,21 +64,21 @@ zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
 etcd\t'etcd (the lock recipe of etcdctl lock)'"
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s k -l key -d 'The lock\'s name (1-256 bytes of UTF-8, no control characters); repeat to hold several locks at once (taken in one fixed order, so runs never deadlock)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s l -l limit -d 'Semaphore: up to N holders of KEY at once; every user of KEY must give the same N' -r
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l ttl -d 'Lease length on the server; renewed every ttl/3' -r
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s w -l wait -d 'Give up after waiting this long for the lock [default: wait forever]' -r
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock was not acquired; 0 makes the skip a silent success (`run` only: `acquire` refuses it, as `eval` would take a busy lock for a taken one)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l kill-grace -d 'After SIGTERM to the command (and what it started), how long before SIGKILL' -r
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l reason -d 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy' -r
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l once-per -d 'Skip (exit 75, or -E\'s code) when a run of KEY started less than DURATION ago on any host, by the backend\'s clock; for cron on several hosts' -r
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s k -l key -d 'The lock\'s name (1-256 bytes of UTF-8, no control characters); repeat to hold several locks at once (taken in one fixed order, so runs never deadlock)' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s l -l limit -d 'Semaphore: up to N holders of KEY at once; every user of KEY must give the same N' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l ttl -d 'Lease length on the server; renewed every ttl/3' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s w -l wait -d 'Give up after waiting this long for the lock [default: wait forever]' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock was not acquired; 0 makes the skip a silent success (`run` only: `acquire` refuses it, as `eval` would take a busy lock for a taken one)' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l kill-grace -d 'After SIGTERM to the command (and what it started), how long before SIGKILL' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l reason -d 'Why the lock is taken: stored with the holder, shown by `status` and to whoever finds the lock busy' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l once-per -d 'Skip (exit 75, or -E\'s code) when a run of KEY started less than DURATION ago on any host, by the backend\'s clock; for cron on several hosts' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s f -l format -d 'How to print the handle and the DLOCK_* variables' -r -f -a "sh\t'`export NAME=\'value\'` lines, for `eval "$(dlock acquire ...)"`'
 json\t'One JSON object'
 github\t'`NAME=value` lines (heredoc form for several lines) to append to `$GITHUB_ENV`'
 env\t'`NAME="value"` lines, for systemd\'s `EnvironmentFile=`'"
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l owner -d 'The process the lock is held for: released when it exits, its process group stopped (SIGTERM, SIGKILL after --kill-grace) if the lock is lost; `none` for nobody (needs --max-hold) [default: the process that runs dlock acquire]' -r
-complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l max-hold -d 'Give the lock up after holding it this long (stopping the owner first)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l owner -d 'The process the lock is held for: released when it exits, its process group stopped (SIGTERM, SIGKILL after --kill-grace) if the lock is lost; `none` for nobody (needs --max-hold) [default: the process that runs dlock acquire]' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l max-hold -d 'Give the lock up after holding it this long (stopping the owner first)' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s s -l shared -d 'Shared (reader) lock: many shared holders at once, or one exclusive holder'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s n -l no-wait -d 'Try once; do not wait'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -l no-history -d 'Leave no record of this run in KEY\'s history (`dlock log`); also DLOCK_NO_HISTORY=1, which --once-per overrides'
@@ -86,7 +86,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s v -l verbose -d 
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s V -l version -d 'Print version'
-complete -c dlock -n "__fish_dlock_using_subcommand release" -l handle -d 'What `dlock acquire` printed as DLOCK_HANDLE' -r
+complete -c dlock -n "__fish_dlock_using_subcommand release" -l handle -d 'What `dlock acquire` printed as DLOCK_HANDLE' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s v -l verbose -d 'Log acquire, renew and release events with timings'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -97,8 +97,8 @@ zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
 etcd\t'etcd (the lock recipe of etcdctl lock)'"
-complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
-complete -c dlock -n "__fish_dlock_using_subcommand status" -s k -l key -d 'The lock\'s name; without it, every lock held or waited for on the backend, one line each' -r
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s k -l key -d 'The lock\'s name; without it, every lock held or waited for on the backend, one line each' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print one JSON object (key, backend, held, holders, ...); without --key, an array of them'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Log acquire, renew and release events with timings'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
@@ -110,9 +110,10 @@ zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
 etcd\t'etcd (the lock recipe of etcdctl lock)'"
-complete -c dlock -n "__fish_dlock_using_subcommand log" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
-complete -c dlock -n "__fish_dlock_using_subcommand log" -s k -l key -d 'The lock\'s name' -r
-complete -c dlock -n "__fish_dlock_using_subcommand log" -s n -l runs -d 'How many runs to show, newest first' -r
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s k -l key -d 'The lock\'s name' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s r -l runs -d 'How many runs to show, newest first' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand log" -s n -d 'The old spelling of --runs: taken, with a warning, until a later release drops it (-n is --no-wait in run and acquire)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand log" -l json -d 'Print a JSON array of runs instead of text'
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s v -l verbose -d 'Log acquire, renew and release events with timings'
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
@@ -124,9 +125,9 @@ zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
 etcd\t'etcd (the lock recipe of etcdctl lock)'"
-complete -c dlock -n "__fish_dlock_using_subcommand break" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
-complete -c dlock -n "__fish_dlock_using_subcommand break" -s k -l key -d 'The lock\'s name' -r
-complete -c dlock -n "__fish_dlock_using_subcommand break" -s w -l wait -d 'Wait until the broken holder has stopped and let go (at most DURATION when given)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand break" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand break" -s k -l key -d 'The lock\'s name' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand break" -s w -l wait -d 'Wait until the broken holder has stopped and let go (at most DURATION when given)' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand break" -l force -d 'Remove the lock now, without waiting for its holder to stop: UNSAFE, the next holder may start while the broken command still runs'
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s v -l verbose -d 'Log acquire, renew and release events with timings'
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
@@ -138,11 +139,11 @@ zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
 etcd\t'etcd (the lock recipe of etcdctl lock)'"
-complete -c dlock -n "__fish_dlock_using_subcommand bench" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
-complete -c dlock -n "__fish_dlock_using_subcommand bench" -s c -l clients -d 'Contending clients (threads, each with its own connection) in the hand-off phase' -r
-complete -c dlock -n "__fish_dlock_using_subcommand bench" -s d -l duration -d 'How long each phase runs [default: 3s]' -r
-complete -c dlock -n "__fish_dlock_using_subcommand bench" -s o -l ops -d 'Acquisitions per phase, instead of a duration' -r
-complete -c dlock -n "__fish_dlock_using_subcommand bench" -l ttl -d 'Lease length of the benchmark\'s locks' -r
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s c -l clients -d 'Contending clients (threads, each with its own connection) in the hand-off phase' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s d -l duration -d 'How long each phase runs [default: 3s]' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -s o -l ops -d 'Acquisitions per phase, instead of a duration' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand bench" -l ttl -d 'Lease length of the benchmark\'s locks' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -l json -d 'Print one JSON object instead of the table'
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -s v -l verbose -d 'Log acquire, renew and release events with timings'
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
@@ -154,8 +155,8 @@ zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
 etcd\t'etcd (the lock recipe of etcdctl lock)'"
-complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
-complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l ttl -d 'The lease length the checks judge against (a ZooKeeper session timeout, a restart\'s hold-back), as `run --ttl`' -r
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l ttl -d 'The lease length the checks judge against (a ZooKeeper session timeout, a restart\'s hold-back), as `run --ttl`' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l json -d 'Print one JSON object instead of the lines'
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s V -l version -d 'Print version'

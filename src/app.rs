@@ -72,7 +72,15 @@ fn command_code() -> u8 {
             },
         },
         Command::Log(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
-            Ok(cfg) => history::cmd::log(&cfg, a.runs as usize, a.json),
+            Ok(cfg) => {
+                if a.runs_n.is_some() {
+                    report::warn(format_args!(
+                        "'log -n N' is now 'log -r N' (--runs): -n is --no-wait in run and \
+                         acquire; -n will stop working in a later release"
+                    ));
+                }
+                history::cmd::log(&cfg, a.runs_n.unwrap_or(a.runs) as usize, a.json)
+            }
             Err(e) => usage(&e),
         },
         Command::Break(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
@@ -277,21 +285,6 @@ fn run(run: &RunConfig) -> u8 {
         report::verbose(format_args!("started pid {pid}"));
     }
     let ending = supervise::supervise(&child, &rx, &mut keeper, clock, cfg.kill_grace);
-    if child.left_running() {
-        // Processes that SIGKILL cannot end yet (uninterruptible sleep) are still there: the
-        // lock is left to the guardian, which holds a descriptor-held lock until they are gone;
-        // a lease runs out by itself. Releasing would let the next holder in beside them.
-        if let Ending::Lost(reason) = &ending {
-            report::error(format_args!(
-                "{name}: lost the lock '{keys_text}' while the command ran: {reason}; the command was terminated"
-            ));
-        }
-        report::warn(format_args!(
-            "{name}: processes of the command do not die (uninterruptible sleep?); the lock '{keys_text}' is left to free itself once they are gone, or when its lease runs out"
-        ));
-        keeper.abandon();
-        return ending.code();
-    }
     let closing = Closing {
         backend: backend.as_ref(),
         run_log: run_log.as_ref(),
@@ -576,7 +569,7 @@ fn release(name: &str, key: &str, lease: Box<dyn backend::Lease>) {
 fn status(cfg: &KeyConfig, json: bool) -> u8 {
     report::set_verbosity(cfg.verbosity);
     let name = cfg.target.kind.name();
-    let result = backend::open(&cfg.target).and_then(|b| {
+    let result = backend::open_existing(&cfg.target).and_then(|b| {
         let s = b.status(&cfg.key)?;
         Ok((s, history::cmd::last_run(b.as_ref(), &cfg.key)))
     });
@@ -604,7 +597,7 @@ fn status(cfg: &KeyConfig, json: bool) -> u8 {
 fn list(target: &crate::config::Target, verbosity: crate::model::Verbosity, json: bool) -> u8 {
     report::set_verbosity(verbosity);
     let name = target.kind.name();
-    let found = backend::open(target).and_then(|b| {
+    let found = backend::open_existing(target).and_then(|b| {
         let mut busy = Vec::new();
         let keys = b.list_keys()?;
         if keys.len() >= backend::MAX_LISTED {

@@ -5,7 +5,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueHint};
 
 use crate::model::BackendKind;
 
@@ -155,7 +155,7 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
         "hold both locks (taken in one order, so two such runs never deadlock)",
     ),
     (
-        "eval \"$(dlock acquire -k deploy --reason 'deploy v1.4')\"; ./migrate.sh; dlock release",
+        "eval \"$(dlock acquire -k deploy --reason v1.4)\"; ./migrate.sh; dlock release",
         "hold 'deploy' across several commands of a script; release exits 79 if it was lost",
     ),
     (
@@ -172,18 +172,55 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The width `--help`'s tables fit in: a pager or an 80-column terminal shows every line whole
+/// (clap wraps only lines longer than the terminal, and then mid-phrase, without the indent).
+const HELP_WIDTH: usize = 80;
+/// A first column wider than this puts each description under its term instead of beside it.
+const BESIDE_AT_MOST: usize = 16;
+
+/// A titled table for `--help`, every line at most [`HELP_WIDTH`] columns: each description
+/// wrapped beside its term (with a hanging indent) when the terms are short, else under it.
 fn table<A: AsRef<str>, B: AsRef<str>>(title: &str, rows: &[(A, B)]) -> String {
     let width = rows
         .iter()
-        .map(|(a, _)| a.as_ref().len())
+        .map(|(a, _)| a.as_ref().chars().count())
         .max()
         .unwrap_or(0);
     let mut s = format!("{title}:\n");
     for (a, b) in rows {
         let (a, b) = (a.as_ref(), b.as_ref());
-        s.push_str(&format!("  {a:width$}  {b}\n"));
+        if width <= BESIDE_AT_MOST {
+            let indent = 2 + width + 2;
+            for (i, line) in wrap(b, HELP_WIDTH - indent).iter().enumerate() {
+                let term = if i == 0 { a } else { "" };
+                s.push_str(&format!("  {term:width$}  {line}\n"));
+            }
+        } else {
+            s.push_str(&format!("  {a}\n"));
+            for line in wrap(b, HELP_WIDTH - 6) {
+                s.push_str(&format!("      {line}\n"));
+            }
+        }
     }
     s
+}
+
+/// `text` in lines of at most `width` columns, broken between words (a longer word stands
+/// alone on its line).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in text.split_whitespace() {
+        let line = lines.last_mut().expect("one line at least");
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(word.to_string());
+        } else {
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+    }
+    lines
 }
 
 /// `dlock -h`'s line.
@@ -230,7 +267,10 @@ pub(crate) fn after_long_help() -> String {
     about = about(),
     long_about = long_about(),
     after_long_help = after_long_help(),
-    propagate_version = true
+    propagate_version = true,
+    // Help fits 80 columns (a pager, a narrow terminal) on a wider terminal too, and when
+    // piped: clap's own width there was 100, and `less` in 80 columns broke lines mid-word.
+    max_term_width = HELP_WIDTH
 )]
 pub(crate) struct Cli {
     /// What to do.
@@ -339,7 +379,7 @@ pub(crate) struct DoctorArgs {
 
     /// The lease length the checks judge against (a ZooKeeper session timeout, a restart's
     /// hold-back), as `run --ttl`
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub ttl: Duration,
 
     /// Print one JSON object instead of the lines
@@ -354,20 +394,20 @@ pub(crate) struct BenchArgs {
     pub backend: BackendArgs,
 
     /// Contending clients (threads, each with its own connection) in the hand-off phase
-    #[arg(short = 'c', long, value_name = "C", default_value_t = 8,
+    #[arg(value_hint = ValueHint::Other, short = 'c', long, value_name = "C", default_value_t = 8,
           value_parser = clap::value_parser!(u32).range(2..=256))]
     pub clients: u32,
 
     /// How long each phase runs [default: 3s]
-    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "ops")]
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "ops", value_hint = ValueHint::Other)]
     pub duration: Option<Duration>,
 
     /// Acquisitions per phase, instead of a duration
-    #[arg(short = 'o', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    #[arg(short = 'o', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000), value_hint = ValueHint::Other)]
     pub ops: Option<u64>,
 
     /// Lease length of the benchmark's locks
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub ttl: Duration,
 
     /// Print one JSON object instead of the table
@@ -388,6 +428,7 @@ pub(crate) struct BackendArgs {
     /// Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or
     /// separate with spaces in DLOCK_URL) for Redlock
     #[arg(
+        value_hint = ValueHint::Other,
         short = 'u',
         long = "url",
         env = "DLOCK_URL",
@@ -417,7 +458,7 @@ pub(crate) struct OutputArgs {
 pub(crate) struct LockArgs {
     /// The lock's name (1-256 bytes of UTF-8, no control characters); repeat to hold several
     /// locks at once (taken in one fixed order, so runs never deadlock)
-    #[arg(short = 'k', long, value_name = "KEY", action = ArgAction::Append, required = true)]
+    #[arg(short = 'k', long, value_name = "KEY", action = ArgAction::Append, required = true, value_hint = ValueHint::Other)]
     pub key: Vec<String>,
 
     /// Shared (reader) lock: many shared holders at once, or one exclusive holder
@@ -425,16 +466,16 @@ pub(crate) struct LockArgs {
     pub shared: bool,
 
     /// Semaphore: up to N holders of KEY at once; every user of KEY must give the same N
-    #[arg(short = 'l', long, value_name = "N", default_value_t = 1,
+    #[arg(value_hint = ValueHint::Other, short = 'l', long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=MAX_LIMIT as i64))]
     pub limit: u32,
 
     /// Lease length on the server; renewed every ttl/3
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub ttl: Duration,
 
     /// Give up after waiting this long for the lock [default: wait forever]
-    #[arg(short = 'w', long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(short = 'w', long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub wait: Option<Duration>,
 
     /// Try once; do not wait
@@ -443,21 +484,21 @@ pub(crate) struct LockArgs {
 
     /// Exit code when the lock was not acquired; 0 makes the skip a silent success (`run`
     /// only: `acquire` refuses it, as `eval` would take a busy lock for a taken one)
-    #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::DEFAULT_CONFLICT)]
+    #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::DEFAULT_CONFLICT, value_hint = ValueHint::Other)]
     pub conflict_exit_code: u8,
 
     /// After SIGTERM to the command (and what it started), how long before SIGKILL
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub kill_grace: Duration,
 
     /// Why the lock is taken: stored with the holder, shown by `status` and to whoever finds
     /// the lock busy
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", value_hint = ValueHint::Other)]
     pub reason: Option<String>,
 
     /// Skip (exit 75, or -E's code) when a run of KEY started less than DURATION ago on any
     /// host, by the backend's clock; for cron on several hosts
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub once_per: Option<Duration>,
 
     /// Leave no record of this run in KEY's history (`dlock log`); also DLOCK_NO_HISTORY=1,
@@ -484,7 +525,7 @@ pub(crate) struct RunArgs {
         required = true,
         trailing_var_arg = true,
         num_args = 1..,
-        value_hint = clap::ValueHint::CommandWithArguments
+        value_hint = ValueHint::CommandWithArguments
     )]
     pub command: Vec<OsString>,
 }
@@ -518,11 +559,11 @@ pub(crate) struct AcquireArgs {
     /// The process the lock is held for: released when it exits, its process group stopped
     /// (SIGTERM, SIGKILL after --kill-grace) if the lock is lost; `none` for nobody (needs
     /// --max-hold) [default: the process that runs dlock acquire]
-    #[arg(long, value_name = "PID|none")]
+    #[arg(long, value_name = "PID|none", value_hint = ValueHint::Other)]
     pub owner: Option<String>,
 
     /// Give the lock up after holding it this long (stopping the owner first)
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub max_hold: Option<Duration>,
 
     #[command(flatten)]
@@ -533,7 +574,7 @@ pub(crate) struct AcquireArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ReleaseArgs {
     /// What `dlock acquire` printed as DLOCK_HANDLE
-    #[arg(long, env = "DLOCK_HANDLE", value_name = "HANDLE")]
+    #[arg(long, env = "DLOCK_HANDLE", value_name = "HANDLE", value_hint = ValueHint::Other)]
     pub handle: Option<String>,
 
     #[command(flatten)]
@@ -547,7 +588,7 @@ pub(crate) struct StatusArgs {
     pub backend: BackendArgs,
 
     /// The lock's name; without it, every lock held or waited for on the backend, one line each
-    #[arg(short = 'k', long, value_name = "KEY")]
+    #[arg(short = 'k', long, value_name = "KEY", value_hint = ValueHint::Other)]
     pub key: Option<String>,
 
     /// Print one JSON object (key, backend, held, holders, ...); without --key, an array of them
@@ -565,13 +606,19 @@ pub(crate) struct LogArgs {
     pub backend: BackendArgs,
 
     /// The lock's name
-    #[arg(short = 'k', long, value_name = "KEY")]
+    #[arg(short = 'k', long, value_name = "KEY", value_hint = ValueHint::Other)]
     pub key: String,
 
     /// How many runs to show, newest first
-    #[arg(short = 'n', long, value_name = "N", default_value_t = 20,
+    #[arg(value_hint = ValueHint::Other, short = 'r', long, value_name = "N", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(1..=crate::history::MAX_RUNS as i64))]
     pub runs: u32,
+
+    /// The old spelling of --runs: taken, with a warning, until a later release drops it (-n is
+    /// --no-wait in run and acquire)
+    #[arg(short = 'n', hide = true, value_name = "N", conflicts_with = "runs",
+          value_parser = clap::value_parser!(u32).range(1..=crate::history::MAX_RUNS as i64))]
+    pub runs_n: Option<u32>,
 
     /// Print a JSON array of runs instead of text
     #[arg(long)]
@@ -588,11 +635,11 @@ pub(crate) struct BreakArgs {
     pub backend: BackendArgs,
 
     /// The lock's name
-    #[arg(short = 'k', long, value_name = "KEY")]
+    #[arg(short = 'k', long, value_name = "KEY", value_hint = ValueHint::Other)]
     pub key: String,
 
     /// Wait until the broken holder has stopped and let go (at most DURATION when given)
-    #[arg(short = 'w', long, value_name = "DURATION", num_args = 0..=1,
+    #[arg(value_hint = ValueHint::Other, short = 'w', long, value_name = "DURATION", num_args = 0..=1,
           value_parser = parse_duration)]
     pub wait: Option<Option<Duration>>,
 

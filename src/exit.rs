@@ -118,6 +118,19 @@ impl fmt::Display for Outage {
 }
 impl std::error::Error for Outage {}
 
+/// A grant that fewer replicas acknowledged than `?min-replicas=N` requires: it was given back,
+/// and a waiting run tries again within `--wait` as after an [`Outage`] (the connection is
+/// fine: the message says what the run waits for). Exit 69 where it ends a run.
+#[derive(Debug)]
+pub(crate) struct Unreplicated(pub String);
+
+impl fmt::Display for Unreplicated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Unreplicated {}
+
 /// The exit code for an error, by the first typed error found in its chain. Untyped errors are
 /// backend failures (69): every I/O path of a backend ends there.
 pub(crate) fn code_for(err: &anyhow::Error, conflict_code: u8) -> u8 {
@@ -134,7 +147,7 @@ pub(crate) fn code_for(err: &anyhow::Error, conflict_code: u8) -> u8 {
         if cause.is::<Unsound>() {
             return UNSOUND;
         }
-        if cause.is::<Unavailable>() || cause.is::<Outage>() {
+        if cause.is::<Unavailable>() || cause.is::<Outage>() || cause.is::<Unreplicated>() {
             return UNAVAILABLE;
         }
     }

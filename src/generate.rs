@@ -20,7 +20,45 @@ pub(crate) const SHELLS: [Shell; 5] = [
 pub(crate) fn completion(shell: Shell) -> Vec<u8> {
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "dlock", &mut out);
+    if shell == Shell::Bash {
+        out = bash_after_double_dash(out);
+    }
     out
+}
+
+/// What bash completes after `dlock run … --`: a command, then that command's own arguments
+/// (bash-completion's `_command_offset`, as `sudo` and `nohup` do; without it, file names).
+/// clap_complete's bash script ignores `ValueHint::CommandWithArguments` and offered dlock's
+/// own flags there. Inserted before the script's dispatch on the subcommand.
+const BASH_AFTER_DOUBLE_DASH: &str = r#"    # After `--` of `dlock run`: a command and its arguments (added by dlock's generate.rs).
+    if [[ "${cmd}" == "dlock__subcmd__run" ]]; then
+        local j
+        for (( j = 2; j < COMP_CWORD; j++ )); do
+            if [[ "${COMP_WORDS[j]}" == "--" ]]; then
+                if declare -F _command_offset >/dev/null; then
+                    _command_offset $(( j + 1 ))
+                elif (( COMP_CWORD == j + 1 )); then
+                    COMPREPLY=( $(compgen -c -- "${cur}") )
+                else
+                    COMPREPLY=( $(compgen -f -- "${cur}") )
+                fi
+                return 0
+            fi
+        done
+    fi
+
+"#;
+
+fn bash_after_double_dash(script: Vec<u8>) -> Vec<u8> {
+    let text = String::from_utf8(script).expect("clap_complete writes UTF-8");
+    let dispatch = "    case \"${cmd}\" in\n";
+    let at = text
+        .find(dispatch)
+        .expect("clap_complete's bash script dispatches on ${cmd}");
+    let mut out = text[..at].to_string();
+    out.push_str(BASH_AFTER_DOUBLE_DASH);
+    out.push_str(&text[at..]);
+    out.into_bytes()
 }
 
 /// Every generated file, as (path relative to the repository root, contents).

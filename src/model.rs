@@ -276,6 +276,11 @@ pub(crate) struct Record {
     /// an owner, rather than by a `dlock run` for its command.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<OwnerRecord>,
+    /// The lease length (`--ttl`) the holder asked for, in milliseconds: with the server's
+    /// uptime, it tells `status` whether a young server still holds the lock back
+    /// ([`crate::backend::hold_back_until`]), so that its command has not started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
 }
 
 /// Whom an acquire-held lock is held for, as stored beside the lock.
@@ -320,6 +325,11 @@ pub(crate) struct Holder {
     /// stopped its command (or, on a backend with leases, until its lease runs out).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub broken: bool,
+    /// Set while a young server holds this holder's lock back: how long, in milliseconds,
+    /// before its command may start ([`crate::backend::hold_back_until`]). Its command has not
+    /// started yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_back_ms: Option<u64>,
 }
 
 impl From<Record> for Holder {
@@ -380,6 +390,10 @@ pub(crate) struct Status {
     /// The waiters in the order they will get the lock, where the backend keeps a queue.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<Holder>,
+    /// How long the server has been up, in seconds, where a holder is held back (see
+    /// [`Holder::held_back_ms`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_up_s: Option<u64>,
     /// Backend-specific remarks (e.g. why there is no fencing token).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -399,7 +413,25 @@ impl Status {
             holders: Vec::new(),
             waiters: None,
             queue: Vec::new(),
+            server_up_s: None,
             notes: Vec::new(),
+        }
+    }
+
+    /// Marks the holders that a server up for `uptime_s` seconds still holds back (see
+    /// [`crate::backend::hold_back_until`]): each by its own `--ttl`, as its run counted it. The
+    /// server started after every holder it knows of was granted, so a holder whose hold-back
+    /// from the server's start has not ended has not started its command. Holders whose record
+    /// has no TTL (older dlocks, an application's lock) are left as they are.
+    pub(crate) fn mark_held_back(&mut self, uptime_s: u64) {
+        for h in &mut self.holders {
+            let Some(ttl) = h.ttl_ms.map(Duration::from_millis) else {
+                continue;
+            };
+            if let Some(until) = crate::backend::hold_back_until(uptime_s, ttl) {
+                h.held_back_ms = Some(until.remaining().as_millis() as u64);
+                self.server_up_s = Some(uptime_s);
+            }
         }
     }
 }

@@ -119,14 +119,14 @@ fn scrub(line: String) -> String {
 /// An event line, shown with `-v` only.
 pub(crate) fn verbose(args: Arguments<'_>) {
     if level() >= Verbosity::Verbose as u8 {
-        eprintln!("dlock: {}", clean(&args.to_string(), MAX_LINE));
+        eprintln!("dlock: {}", clean(&plain(args.to_string()), MAX_LINE));
     }
 }
 
 /// A notice of something the user should know (a lock held back), hidden by `-q`.
 pub(crate) fn notice(args: Arguments<'_>) {
     if level() >= Verbosity::Normal as u8 {
-        eprintln!("dlock: {}", clean(&args.to_string(), MAX_LINE));
+        eprintln!("dlock: {}", clean(&plain(args.to_string()), MAX_LINE));
     }
 }
 
@@ -135,20 +135,62 @@ pub(crate) fn warn(args: Arguments<'_>) {
     if level() >= Verbosity::Normal as u8 {
         eprintln!(
             "dlock: warning: {}",
-            clean(&scrub(args.to_string()), MAX_LINE)
+            clean(&plain(scrub(args.to_string())), MAX_LINE)
         );
     }
 }
 
 /// An error: always shown, one line (a newline in a server's message is escaped too).
 pub(crate) fn error(args: Arguments<'_>) {
-    eprintln!("dlock: {}", clean(&args.to_string(), MAX_LINE));
+    eprintln!("dlock: {}", clean(&plain(args.to_string()), MAX_LINE));
 }
 
 /// A usage error (exit 2), which may quote a URL: as [`error`], without any secret of the URLs
 /// given ([`hide_secrets`]).
 pub(crate) fn usage_error(args: Arguments<'_>) {
-    eprintln!("dlock: {}", clean(&scrub(args.to_string()), MAX_LINE));
+    eprintln!(
+        "dlock: {}",
+        clean(&plain(scrub(args.to_string())), MAX_LINE)
+    );
+}
+
+/// `text` without the error numbers Rust's `io::Error` appends to the system's words ("No such
+/// file or directory (os error 2)"): whichever library formatted an I/O error, the line says
+/// what happened in words only. Applied once, to every line dlock prints on stderr.
+pub(crate) fn plain(text: String) -> String {
+    const MARK: &str = " (os error ";
+    if !text.contains(MARK) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(MARK) {
+        let after = &rest[at + MARK.len()..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && after[digits..].starts_with(')') {
+            out.push_str(&rest[..at]);
+            rest = &after[digits + 1..];
+        } else {
+            out.push_str(&rest[..at + MARK.len()]);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// An I/O error in the system's words, without "(os error N)" and starting lower-case, to follow
+/// a colon: "no such file or directory", "connection refused".
+pub(crate) fn io_words(e: &std::io::Error) -> String {
+    let text = plain(e.to_string());
+    let mut chars = text.chars();
+    match (chars.next(), chars.next()) {
+        // "No such file", but not "TLS" or "EOF".
+        (Some(first), Some(second)) if first.is_uppercase() && !second.is_uppercase() => {
+            first.to_lowercase().chain(text.chars().skip(1)).collect()
+        }
+        _ => text,
+    }
 }
 
 /// A holder record's `since_ms` as a date; a value past the year 9999 (no real record has one)
@@ -202,6 +244,11 @@ pub(crate) fn list_text(
                 [] => "-".to_string(),
                 [h] => h.short(),
                 [h, rest @ ..] => format!("{} and {} more", h.short(), rest.len()),
+            };
+            let holder = if s.holders.iter().any(|h| h.held_back_ms.is_some()) {
+                format!("{holder} (held back)")
+            } else {
+                holder
             };
             let since = s
                 .holders
@@ -263,7 +310,13 @@ pub(crate) fn status_text(s: &Status) -> String {
         if h.broken {
             out.push_str(" (broken: stopping its command)");
         }
+        if h.held_back_ms.is_some() {
+            out.push_str(" (held back)");
+        }
         out.push('\n');
+        if let Some(ms) = h.held_back_ms {
+            out.push_str(&held_back_text(ms, s.server_up_s));
+        }
         if let Some(c) = &h.command {
             out.push_str(&format!("    command: {}\n", clean(c, MAX_FIELD)));
         }
@@ -311,6 +364,25 @@ pub(crate) fn status_text(s: &Status) -> String {
         out.push_str(&format!("  note: {}\n", clean(n, MAX_LINE)));
     }
     out
+}
+
+/// The line under a held-back holder: "    held back: 29s more before its command starts (the
+/// server started 2s ago; if it restarted, a holder from before may still run)".
+fn held_back_text(ms: u64, up: Option<u64>) -> String {
+    // Whole seconds, rounded up: never shorter than the run's own count.
+    let left = short_duration(Duration::from_secs(ms.div_ceil(1000)));
+    let started = match up {
+        Some(0) => "the server started less than a second ago; ".to_string(),
+        Some(s) => format!(
+            "the server started {} ago; ",
+            short_duration(Duration::from_secs(s))
+        ),
+        None => String::new(),
+    };
+    format!(
+        "    held back: {left} more before its command starts ({started}if it restarted, a \
+         holder from before may still run)\n"
+    )
 }
 
 /// How `status` shows an acquire-held lock: "held by dlock acquire for pid 4200 (bash
@@ -365,6 +437,26 @@ pub(crate) fn broke_text(s: &Status, verb: &str, then: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn os_error_numbers_are_dropped_and_io_errors_are_words() {
+        let e = std::io::Error::from_raw_os_error(libc::ENOENT);
+        assert_eq!(io_words(&e), "no such file or directory");
+        assert_eq!(
+            plain(format!(
+                "cannot create /x: {e}; and (os error 111) (os error x)"
+            )),
+            "cannot create /x: No such file or directory; and (os error x)"
+        );
+        assert_eq!(
+            plain("a: Connection refused (os error 111), b (os error 2)".into()),
+            "a: Connection refused, b"
+        );
+        assert_eq!(
+            io_words(&std::io::Error::other("TLS says no")),
+            "TLS says no"
+        );
+    }
 
     #[test]
     fn control_characters_never_reach_the_terminal() {
@@ -424,6 +516,7 @@ mod tests {
                 foreign: c.1,
                 node: c.2,
                 broken: b.1.is_some_and(|t| t % 2 == 0),
+                ..Default::default()
             })
     }
 

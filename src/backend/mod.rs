@@ -77,6 +77,7 @@ impl Record {
             key: None,
             reason: None,
             owner: None,
+            ttl_ms: None,
         }
     }
 }
@@ -526,8 +527,19 @@ pub(crate) type LossNotifier = Box<dyn Fn(String) + Send + Sync>;
 /// Opens the backend a target names. Parses the backend's URL: a bad one is a [`Usage`](crate::exit::Usage) error.
 /// A backend left out of this build (its Cargo feature off) is a usage error naming the feature.
 pub(crate) fn open(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
+    open_as(target, true)
+}
+
+/// Like [`open`], for a command that only reads or removes what is there (`status`, `log`,
+/// `break`): a file backend's directory is not created (a mistyped `file://` path is said in
+/// one line, exit 69, rather than made).
+pub(crate) fn open_existing(target: &Target) -> anyhow::Result<Box<dyn Backend>> {
+    open_as(target, false)
+}
+
+fn open_as(target: &Target, create: bool) -> anyhow::Result<Box<dyn Backend>> {
     match target.kind {
-        BackendKind::File => Ok(Box::new(file::FileBackend::open(&target.urls)?)),
+        BackendKind::File => Ok(Box::new(file::FileBackend::open(&target.urls, create)?)),
         #[cfg(feature = "redis")]
         BackendKind::Redis if target.urls.len() > 1 => {
             Ok(Box::new(redlock::Redlock::open(&target.urls)?))

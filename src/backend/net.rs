@@ -134,7 +134,10 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
+            Stream::Tls(s) => {
+                let handshaking = s.conn.is_handshaking();
+                s.read(buf).map_err(|e| handshake_error(handshaking, e))
+            }
         }
     }
 }
@@ -144,7 +147,10 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
+            Stream::Tls(s) => {
+                let handshaking = s.conn.is_handshaking();
+                s.write(buf).map_err(|e| handshake_error(handshaking, e))
+            }
         }
     }
 
@@ -155,6 +161,27 @@ impl Write for Stream {
             Stream::Tls(s) => s.flush(),
         }
     }
+}
+
+/// An error of a TLS connection still `handshaking`, said as such (same kind, so a timeout is
+/// still a timeout): a plain server given a TLS URL reads the ClientHello as the start of a
+/// command and waits for the rest, and the run said only "the server did not answer in time".
+/// A signal's interruption is left as it is.
+fn handshake_error(handshaking: bool, e: io::Error) -> io::Error {
+    if !handshaking || e.kind() == io::ErrorKind::Interrupted || is_signalled(&e) {
+        return e;
+    }
+    let why = match e.kind() {
+        io::ErrorKind::TimedOut => "no TLS handshake in time".to_string(),
+        _ => format!("the TLS handshake failed ({})", crate::report::io_words(&e)),
+    };
+    io::Error::new(
+        e.kind(),
+        format!(
+            "{why}: does the server speak TLS on this port? (a plain port takes the scheme \
+             without TLS: redis:// rather than rediss://, etcd:// rather than etcds://)"
+        ),
+    )
 }
 
 impl Stream {

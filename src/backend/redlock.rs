@@ -361,6 +361,31 @@ impl Backend for Redlock {
                 break;
             }
         }
+        // A quorum with a young master in it holds the grant back, as the acquire counted it:
+        // the youngest of the masters that carry the holder's token.
+        if status.holders.iter().any(|h| h.ttl_ms.is_some()) {
+            let token = ok.iter().map(|r| &r.0).find(|t| {
+                !t.is_empty() && ok.iter().filter(|o| &o.0 == *t).count() >= self.quorum()
+            });
+            let carries: Vec<bool> = replies
+                .iter()
+                .map(|r| r.as_ref().is_ok_and(|r| Some(&r.0) == token))
+                .collect();
+            let ups = parallel(&mut slots, |slot| {
+                slot.with(COMMAND_TIMEOUT, |c| {
+                    redis::cmd("INFO").arg("server").query::<String>(c)
+                })
+            });
+            let youngest = ups
+                .iter()
+                .zip(&carries)
+                .filter(|(_, c)| **c)
+                .filter_map(|(u, _)| super::redis::uptime(u.as_ref().ok()?))
+                .min();
+            if let Some(up) = youngest {
+                status.mark_held_back(up);
+            }
+        }
         Ok(status)
     }
 

@@ -35,7 +35,7 @@ pub(crate) fn run(cfg: &KeyConfig, force: bool, wait: Option<Option<Duration>>) 
             code,
         )
     };
-    let b = match backend::open(&cfg.target) {
+    let b = match backend::open_existing(&cfg.target) {
         Ok(b) => b,
         Err(e) => return fail(e, 0),
     };

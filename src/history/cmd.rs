@@ -12,7 +12,7 @@ use crate::report;
 pub(crate) fn log(cfg: &KeyConfig, n: usize, json: bool) -> u8 {
     report::set_verbosity(cfg.verbosity);
     let name = cfg.target.kind.name();
-    let found = backend::open(&cfg.target).and_then(|b| {
+    let found = backend::open_existing(&cfg.target).and_then(|b| {
         let runs = merge(&b.runs(&cfg.key)?, n);
         // A run without an end may be the one holding the lock now.
         let holder = match runs.first() {

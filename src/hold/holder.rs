@@ -50,6 +50,8 @@ pub(super) fn hold(
     }
     let _ = sys::to_dev_null(0);
     let _ = sys::to_dev_null(1);
+    // Nothing the caller left open for dlock but stderr (until it has the handle).
+    let _ = sys::close_inherited();
     if let Err(e) = signals::block() {
         report::error(format_args!("cannot block signals: {e}"));
         return exit::UNAVAILABLE;
@@ -376,6 +378,9 @@ struct Stop {
     /// SIGKILL then, at the latest.
     kill_at: BootInstant,
     killed: bool,
+    /// Processes outlived SIGKILL (another user's, after `sudo`; or in uninterruptible
+    /// sleep): the holder stays, with the lock, until they are gone.
+    unkillable: bool,
     /// How the run ended, for the history.
     ending: history::Ending,
 }
@@ -441,10 +446,26 @@ impl Holding<'_> {
                     } else {
                         wake = wake.min(kill_at.saturating_duration_since(now));
                     }
-                    let over = s.stopping.as_mut().is_none_or(Stopping::is_over);
-                    let given_up = s.killed && now >= kill_at + Duration::from_secs(1);
-                    if over || given_up {
+                    if s.stopping.as_mut().is_none_or(Stopping::is_over) {
                         return self.finish(keeper);
+                    }
+                    // Still there a second after SIGKILL: never let the lock go over them (the
+                    // holder's descriptors and sessions hold it, and a lease is renewed while
+                    // it is ours); keep killing, once a second, until they are gone.
+                    if s.killed && now >= kill_at + Duration::from_secs(1) {
+                        if !s.unkillable {
+                            s.unkillable = true;
+                            let why = s
+                                .stopping
+                                .as_ref()
+                                .map(Stopping::why_alive)
+                                .unwrap_or_default();
+                            s.reply.message.push_str(&format!(
+                                "; {why}: the lock is kept until they are gone"
+                            ));
+                            report::error(format_args!("{}", s.reply.message));
+                        }
+                        wake = Duration::from_secs(1);
                     }
                 }
             }
@@ -588,6 +609,7 @@ impl Holding<'_> {
             stopping,
             kill_at,
             killed: false,
+            unkillable: false,
             ending,
         });
     }
@@ -615,6 +637,7 @@ impl Holding<'_> {
             stopping,
             kill_at: BootInstant::now() + self.kill_grace,
             killed: false,
+            unkillable: false,
             ending: history::Ending {
                 code: Some(exit::LOST.into()),
                 note: Some(format!("given back when its owner (pid {pid}) exited")),

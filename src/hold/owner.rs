@@ -200,6 +200,18 @@ impl Stopping {
         self.signal(&[libc::SIGKILL]);
     }
 
+    /// Why what is left outlives SIGKILL, for messages ([`procs::why_alive`]).
+    pub(super) fn why_alive(&self) -> String {
+        let alive: Vec<Proc> = self
+            .procs
+            .iter()
+            .copied()
+            .filter(Proc::is_running)
+            .collect();
+        procs::why_alive(&alive)
+            .unwrap_or_else(|| "processes of the owner's process group do not die".into())
+    }
+
     /// Whether the stop found anything to signal.
     pub(super) fn found_any(&self) -> bool {
         self.group.is_some() || !self.procs.is_empty()

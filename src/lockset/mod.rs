@@ -208,8 +208,14 @@ pub(crate) fn acquire(backend: &dyn Backend, want: &Want<'_>) -> anyhow::Result<
         .filter_map(|p| p.lease.held_back_until())
         .max()
     {
-        let result = announce_hold_back(&held.parts, until, want, backend_name)
-            .and_then(|()| hold_back(&mut held.parts, until, want.interrupt));
+        let result = match announce_hold_back(&held.parts, until, want, backend_name) {
+            Ok(None) => hold_back(&mut held.parts, until, want.interrupt),
+            // `--wait` ends before the hold-back: wait it out all the same (the operator asked
+            // for that long), then give up as busy.
+            Ok(Some(end)) => hold_back(&mut held.parts, end, want.interrupt)
+                .and_then(|()| Err(hold_back_busy(&held.parts, until, want, backend_name).into())),
+            Err(e) => Err(e),
+        };
         if let Err(e) = result {
             release_all(held.parts);
             return Err(e);
@@ -237,6 +243,7 @@ fn acquire_one(
 ) -> anyhow::Result<Box<dyn Lease>> {
     let holder = Record {
         key: Some(key.to_string()),
+        ttl_ms: Some(want.ttl.as_millis() as u64),
         ..want.holder.clone()
     };
     let line = WaitingLine::start(
@@ -290,7 +297,9 @@ fn acquire_one(
             // reconnect and queue again, within --wait (a --no-wait run tried once).
             Err(e)
                 if want.deadline != Deadline::Now
-                    && e.chain().any(|c| c.is::<crate::exit::Outage>()) =>
+                    && e.chain().any(|c| {
+                        c.is::<crate::exit::Outage>() || c.is::<crate::exit::Unreplicated>()
+                    }) =>
             {
                 if attempt.elapsed() > OUTAGE_RECOVERED {
                     outage.over(); // it had reconnected and waited: this is a new outage
@@ -301,7 +310,11 @@ fn acquire_one(
                     return Err(Busy {
                         holder: None,
                         waited: true,
-                        why: Some(format!("the server could not be reached: {e:#}")),
+                        why: Some(if unreplicated(&e) {
+                            format!("{e:#}")
+                        } else {
+                            format!("the server could not be reached: {e:#}")
+                        }),
                     }
                     .into());
                 }
@@ -333,8 +346,13 @@ fn status_lookup(target: &Target, key: &Key) -> Lookup {
 /// An attempt that ran this long before its connection broke had reconnected and waited.
 const OUTAGE_RECOVERED: Duration = Duration::from_secs(3);
 
-/// A waiting run's view of an [`Outage`](crate::exit::Outage): says so once, and backs off
-/// between reconnects (100 ms, doubling, at most 2 s).
+/// Whether `e` is a grant the required replicas did not acknowledge (not a broken connection).
+fn unreplicated(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<crate::exit::Unreplicated>())
+}
+
+/// A waiting run's view of an [`Outage`](crate::exit::Outage) (or of a grant too few replicas
+/// acknowledged): says so once, and backs off between attempts (100 ms, doubling, at most 2 s).
 #[derive(Default)]
 struct Reconnecting {
     pause: Option<Duration>,
@@ -344,6 +362,13 @@ impl Reconnecting {
     /// The pause before the next reconnect; the first of an outage says so on stderr.
     fn next_pause(&mut self, backend: &str, key: &Key, e: &anyhow::Error) -> Duration {
         let pause = match self.pause {
+            None if unreplicated(e) => {
+                report::notice(format_args!(
+                    "{backend}: waiting for replicas to acknowledge '{key}' ({e:#}); \
+                     trying again until --wait runs out"
+                ));
+                Duration::from_millis(100)
+            }
             None => {
                 report::notice(format_args!(
                     "{backend}: lost the connection while waiting for '{key}' ({e:#}); \
@@ -363,15 +388,9 @@ impl Reconnecting {
     }
 }
 
-/// Says at once (one line, unless `-q`) that the locks are held back, why and for how long; or,
-/// for a run that cannot wait that long (`--no-wait`, a `--wait` that ends first), returns the
-/// busy error that names the restart.
-fn announce_hold_back(
-    parts: &[Part],
-    until: BootInstant,
-    want: &Want<'_>,
-    backend: &str,
-) -> anyhow::Result<()> {
+/// Why the locks in `parts` are held back until `until`: the keys, the server's age and the
+/// time left, for the notice and for the busy error.
+fn hold_back_why(parts: &[Part], until: BootInstant, want: &Want<'_>, backend: &str) -> String {
     let young: Vec<&str> = parts
         .iter()
         .filter(|p| p.lease.held_back_until().is_some())
@@ -386,27 +405,49 @@ fn announce_hold_back(
         0 => "less than a second".to_string(),
         s => report::short_duration(Duration::from_secs(s)),
     };
-    let why = format!(
+    format!(
         "the {backend} server of '{}' started {ago} ago (if it restarted, it forgot its locks, \
          and a holder from before may still run its command); its lock is held back for {} more",
         young.join("', '"),
         report::short_duration(says)
-    );
-    let cannot_wait = match want.deadline {
-        Deadline::Now => true,
-        Deadline::At(t) => t < Instant::now() + left,
-        Deadline::Never => false,
-    };
-    if cannot_wait {
-        return Err(Busy {
-            holder: None,
-            waited: want.deadline != Deadline::Now,
-            why: Some(why),
-        }
-        .into());
+    )
+}
+
+/// The busy error of a run that cannot wait for the hold-back to end.
+fn hold_back_busy(parts: &[Part], until: BootInstant, want: &Want<'_>, backend: &str) -> Busy {
+    Busy {
+        holder: None,
+        waited: want.deadline != Deadline::Now,
+        why: Some(hold_back_why(parts, until, want, backend)),
     }
-    report::notice(format_args!("{why} before the command starts"));
-    Ok(())
+}
+
+/// Says at once (one line, unless `-q`) that the locks are held back, why and for how long.
+/// `Ok(None)`: wait for the hold-back to end, then start. `Ok(Some(end))`: `--wait` ends at
+/// `end`, before the hold-back: wait until then, then give up as busy ([`hold_back_busy`]).
+/// `--no-wait` is busy at once (exit 75).
+fn announce_hold_back(
+    parts: &[Part],
+    until: BootInstant,
+    want: &Want<'_>,
+    backend: &str,
+) -> anyhow::Result<Option<BootInstant>> {
+    let why = hold_back_why(parts, until, want, backend);
+    let left = until.remaining();
+    let end = match want.deadline {
+        Deadline::Now => return Err(hold_back_busy(parts, until, want, backend).into()),
+        Deadline::At(t) if t < Instant::now() + left => {
+            Some(BootInstant::now() + t.saturating_duration_since(Instant::now()))
+        }
+        Deadline::At(_) | Deadline::Never => None,
+    };
+    match end {
+        Some(_) => report::notice(format_args!(
+            "{why}, longer than --wait: waiting until --wait runs out"
+        )),
+        None => report::notice(format_args!("{why} before the command starts")),
+    }
+    Ok(end)
 }
 
 /// Keeps `parts` until `until`, renewing each when due, without starting the command (see

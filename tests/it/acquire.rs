@@ -576,3 +576,31 @@ fn a_wrapper_between_the_shell_and_acquire_is_not_the_owner() {
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert!(b.is_free(&key));
 }
+
+/// The holder keeps nothing the caller left open for dlock: a script's `exec 9>file; flock 9`
+/// is not held on by the holder after the script closed its own descriptor. Regression: the
+/// flock stayed until `release`.
+#[test]
+fn the_holder_keeps_no_descriptor_of_the_caller() {
+    let b = TestBackend::file();
+    let key = unique_key("acq-fds");
+    let other = scratch("acq-fds").join("other.lock");
+    let script = format!(
+        "set -e; exec 9>{f}; flock 9; eval \"$(\"$D\" acquire {args} -k {key})\"; exec 9>&-; \
+         flock -n {f} true && echo FREE; \"$D\" release",
+        f = other.display(),
+        args = b.args.join(" "),
+    );
+    let out = output(
+        Command::new("bash")
+            .args(["-c", &script])
+            .env("D", DLOCK)
+            .env("XDG_RUNTIME_DIR", runtime_dir()),
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("FREE"),
+        "the holder kept the caller's flock: {}",
+        describe(&out)
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+}

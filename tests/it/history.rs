@@ -51,7 +51,7 @@ macro_rules! history {
 pub(crate) fn log_json(b: &TestBackend, key: &str, n: usize) -> Vec<serde_json::Value> {
     let out = run_ok(
         b.cmd("log")
-            .args(["-k", key, "--json", "-n", &n.to_string()]),
+            .args(["-k", key, "--json", "-r", &n.to_string()]),
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("log --json is JSON");
     v.as_array().expect("an array").clone()
@@ -542,4 +542,18 @@ pub(crate) fn file_starts_with_odd_times_and_torn_lines(b: &TestBackend, n: &Nat
         3,
         "the torn line, the start and the end"
     );
+}
+
+/// A run's record carries its effective uid beside the user its environment names: `$USER`
+/// is anyone's to set.
+#[test]
+fn the_log_carries_the_effective_uid_whatever_user_says() {
+    let b = TestBackend::file();
+    let key = unique_key("log-uid");
+    run_ok(b.run(&key, &[], &["true"]).env("USER", "mallory"));
+    let runs = log_json(&b, &key, 1);
+    assert_eq!(runs[0]["user"], "mallory", "{:?}", runs[0]);
+    // SAFETY: geteuid takes nothing and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    assert_eq!(runs[0]["uid"], uid, "{:?}", runs[0]);
 }

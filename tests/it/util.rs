@@ -62,6 +62,8 @@ impl TestBackend {
     pub(crate) fn file() -> TestBackend {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("file-locks-{}", std::process::id()));
+        // As an operator would: `status` and `log` do not create a URL's directory.
+        std::fs::create_dir_all(&dir).unwrap();
         TestBackend {
             name: "file",
             args: vec![

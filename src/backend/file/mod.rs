@@ -62,9 +62,12 @@ pub(crate) struct FileBackend {
 
 impl FileBackend {
     /// `urls` empty: the per-user default directory; one `file:///dir` URL: that directory.
-    /// Creates the directory if needed; refuses a default directory that another user could
-    /// have planted (a symlink, someone else's, or writable by others).
-    pub(crate) fn open(urls: &[String]) -> anyhow::Result<FileBackend> {
+    /// Creates the directory if needed when `create` (runs that take a lock); else a URL's
+    /// directory that does not exist is [`Unavailable`](crate::exit::Unavailable), one line
+    /// (`status`, `log`, `break` with a mistyped path used to create it, and said "free").
+    /// Refuses a default directory that another user could have planted (a symlink, someone
+    /// else's, or writable by others).
+    pub(crate) fn open(urls: &[String], create: bool) -> anyhow::Result<FileBackend> {
         let dir = match urls {
             [] => {
                 let dir = default_dir();
@@ -73,6 +76,14 @@ impl FileBackend {
             }
             [url] => {
                 let dir = parse_url(url)?;
+                if !create && !dir.is_dir() {
+                    return Err(crate::exit::Unavailable(format!(
+                        "no lock directory {} (nothing has run with this URL yet, or the path \
+                         is mistyped: `dlock run` and `dlock acquire` create it)",
+                        crate::report::clean(&dir.display().to_string(), 300)
+                    ))
+                    .into());
+                }
                 std::fs::DirBuilder::new()
                     .recursive(true)
                     .create(&dir)

@@ -118,8 +118,15 @@ pub(super) fn parse_record(bytes: &[u8]) -> Option<Holder> {
 pub(super) fn err_text(e: &mysql::Error) -> String {
     use mysql::Error as E;
     match e {
-        E::IoError(e) => e.to_string(),
-        E::CodecError(e) => format!("bad packet from the server: {e}"),
+        E::IoError(e) => io_text(e),
+        // A read timeout surfaces as EAGAIN: a server that sent no MySQL greeting (another
+        // service on the port) or went silent.
+        E::CodecError(c) => {
+            match std::error::Error::source(c).and_then(|s| s.downcast_ref::<std::io::Error>()) {
+                Some(e) => io_text(e),
+                None => format!("bad packet from the server: {c}"),
+            }
+        }
         E::MySqlError(e) => format!("{} (error {}, SQLSTATE {})", e.message, e.code, e.state),
         E::DriverError(e) => e.to_string(),
         E::UrlError(e) => format!("bad URL: {}", url_text(e)),
@@ -127,6 +134,17 @@ pub(super) fn err_text(e: &mysql::Error) -> String {
         E::FromRowError(_) | E::FromValueError(_) => {
             "the server's reply holds a value of an unexpected type".into()
         }
+    }
+}
+
+/// An I/O error of the connection in words; a timeout (EAGAIN from a socket read timeout) says
+/// that the server did not answer as MySQL does in time.
+fn io_text(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            "no answer in time (is it a MySQL/MariaDB server, and is this its port?)".into()
+        }
+        _ => crate::report::io_words(e),
     }
 }
 

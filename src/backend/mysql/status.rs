@@ -6,7 +6,7 @@ use mysql::Conn;
 use mysql::prelude::Queryable;
 
 use super::rows::{err_text, exec_row, hex, parse_record};
-use super::{COMMAND_TIMEOUT, HARD_LIMIT, MysqlBackend, TABLE, lock_name, slot_prefix};
+use super::{COMMAND_TIMEOUT, HARD_LIMIT, MysqlBackend, TABLE, UPTIME, lock_name, slot_prefix};
 use crate::backend::Backend;
 use crate::model::{Holder, Key, Mode, Record, Status};
 use crate::signals::HardStop;
@@ -129,6 +129,15 @@ impl MysqlBackend {
         let queued = count(&mut con, &format!("{prefix}gate"));
         let at_front = u64::from(count(&mut con, &prefix) > queued);
         status.waiters = status.waiters.map(|w| w + queued + at_front);
+        // A young server holds a grant back: said as such (best effort).
+        if status.holders.iter().any(|h| h.ttl_ms.is_some()) {
+            let up: Option<i64> = exec_row(&mut con, &format!("SELECT {UPTIME}"), ())
+                .ok()
+                .flatten();
+            if let Some(up) = up.and_then(|u| u64::try_from(u).ok()) {
+                status.mark_held_back(up);
+            }
+        }
         Ok(status)
     }
 

@@ -165,6 +165,19 @@ impl PgBackend {
             status.mode = Some(Mode::Shared);
         }
         status.waiters = Some(waiters);
+        // A young server holds a grant back: said as such (best effort).
+        if status.holders.iter().any(|h| h.ttl_ms.is_some()) {
+            let sql =
+                "SELECT floor(extract(epoch FROM now() - pg_postmaster_start_time()))::bigint";
+            let up = self
+                .simple(client, sql, COMMAND_TIMEOUT, "read the server's uptime")
+                .await
+                .ok()
+                .and_then(|r| cell(r.first()?, 0)?.parse::<u64>().ok());
+            if let Some(up) = up {
+                status.mark_held_back(up);
+            }
+        }
         Ok(status)
     }
 }

@@ -35,6 +35,20 @@ pub(crate) const MAX_REPLY: usize = 4 << 20;
 /// while one command is answered is not one to lock on.
 const MAX_REDIRECTS: usize = 5;
 
+/// A Redis error in words, for a message: redis-rs's own, but a reply that does not parse
+/// ("Incompatible type - Parse error at 1\nUnexpected `33`…", from an HTTP server, say) is said
+/// to be a server that does not answer as Redis does.
+pub(crate) fn words(e: &redis::RedisError) -> String {
+    match e.kind() {
+        redis::ErrorKind::Parse => {
+            "the server did not answer as Redis does (is it a Redis server, and is this its \
+             port?)"
+                .into()
+        }
+        _ => e.to_string(),
+    }
+}
+
 /// One connection to one Redis server.
 pub(crate) struct Connection {
     stream: Stream,
@@ -384,9 +398,11 @@ mod tests {
             let _ = redirect_addr(&tcp("h", 1), &target);
         }
 
-        /// `host:port` names that host and port; `:port` the host asked, at that port.
+        /// `host:port` names that host and port; `:port` the host asked, at that port. (Port 0
+        /// is refused: `redirect_with_an_empty_host_is_to_the_host_asked`. Drawn from all of
+        /// u16, it failed one run in a few hundred.)
         #[test]
-        fn redirect_targets_round_trip(host in "[a-z0-9][a-z0-9.-]{0,30}", port: u16) {
+        fn redirect_targets_round_trip(host in "[a-z0-9][a-z0-9.-]{0,30}", port in 1u16..) {
             let like = tcp("asked.example", 1);
             prop_assert_eq!(to(&like, &format!("{host}:{port}")), hp(&host, port));
             prop_assert_eq!(to(&like, &format!(":{port}")), hp("asked.example", port));

@@ -74,7 +74,7 @@ fn server_error(e: &redis::ServerError) -> String {
 }
 
 /// `name:value` of an `INFO` text, escaped and bounded.
-fn field(text: &str, name: &str) -> Option<String> {
+pub(super) fn field(text: &str, name: &str) -> Option<String> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .map(|v| crate::report::clean(v.trim(), 100))

@@ -97,7 +97,10 @@ impl Lease for RedisLease {
             ))),
             Err(e) => {
                 self.con = None;
-                Err(RenewError::Failed(anyhow::anyhow!("{addr}: {e}")))
+                Err(RenewError::Failed(anyhow::anyhow!(
+                    "{addr}: {}",
+                    super::conn::words(&e)
+                )))
             }
         }
     }
@@ -143,7 +146,7 @@ impl Lease for RedisLease {
             // reconnects.
             self.con = None;
         }
-        begun.map_err(|e| anyhow::anyhow!("{addr}: {e}"))
+        begun.map_err(|e| anyhow::anyhow!("{addr}: {}", super::conn::words(&e)))
     }
 
     /// The end goes out in the release's script: one round trip for both.
@@ -156,7 +159,7 @@ impl Lease for RedisLease {
         let token = self.token.clone();
         let con = self.con()?;
         super::history::release_end(con, &keys, &token, end)
-            .map_err(|e| anyhow::anyhow!("{addr}: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("{addr}: {}", super::conn::words(&e)))?;
         Ok(true)
     }
 
@@ -166,7 +169,7 @@ impl Lease for RedisLease {
         let con = self.con()?;
         let _: i64 = inv
             .invoke(con)
-            .map_err(|e| anyhow::anyhow!("{addr}: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("{addr}: {}", super::conn::words(&e)))?;
         Ok(())
     }
 }

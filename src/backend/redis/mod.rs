@@ -173,11 +173,17 @@ impl Node {
             || e.is_connection_refusal()
             || failover;
         if transport {
-            self.reach.transport_error(format!("{doing}: {e}"))
+            self.reach
+                .transport_error(format!("{doing}: {}", conn::words(&e)))
         } else {
-            Unavailable(format!("{doing}: {e}")).into()
+            Unavailable(format!("{doing}: {}", conn::words(&e))).into()
         }
     }
+}
+
+/// `uptime_in_seconds` of an `INFO server` reply.
+pub(super) fn uptime(info: &str) -> Option<u64> {
+    doctor::field(info, "uptime_in_seconds")?.parse().ok()
 }
 
 /// Locks on one Redis server.
@@ -201,8 +207,9 @@ impl RedisBackend {
     /// A failed request of `status`, `break` or `purge`: what stands between if that is what
     /// failed (a proxy, a replica), else the server's error as it is.
     fn fail(&self, e: redis::RedisError) -> anyhow::Error {
-        ground::refusal(&self.node, &e)
-            .unwrap_or_else(|| Unavailable(format!("{}: {e}", self.node.addr)).into())
+        ground::refusal(&self.node, &e).unwrap_or_else(|| {
+            Unavailable(format!("{}: {}", self.node.addr, conn::words(&e))).into()
+        })
     }
 
     /// The exclusive holder, else one shared holder, for messages.
@@ -230,8 +237,13 @@ impl RedisBackend {
     }
 
     /// `?min-replicas=N`: waits (`WAIT N`, at most a third of the TTL and 1 s) until N replicas
-    /// have the grant; if fewer do, gives the lock back and fails as an outage (a waiting run
-    /// tries again within --wait; with --no-wait, exit 69).
+    /// have the grant; if fewer do, gives the lock back and fails as [`Unreplicated`] (a waiting
+    /// run tries again within --wait; with --no-wait, exit 69). Every way out but success gives
+    /// the lock back, on a fresh connection: a signal ends the WAIT's read (see
+    /// [`crate::signals::interrupts_network_waits`]) and leaves `con` mid-reply, so a release on
+    /// it failed and Ctrl-C left the key held by a dead process for the rest of its TTL.
+    ///
+    /// [`Unreplicated`]: crate::exit::Unreplicated
     fn replicated(
         &self,
         con: &mut Connection,
@@ -241,23 +253,39 @@ impl RedisBackend {
     ) -> anyhow::Result<()> {
         let want = self.node.min_replicas;
         let limit = (req.ttl / 3).min(Duration::from_secs(1));
-        con.set_read_timeout(Some(limit + COMMAND_TIMEOUT))?;
-        let acked: redis::RedisResult<u32> = redis::cmd("WAIT")
-            .arg(want)
-            .arg(limit.as_millis().max(1) as u64)
-            .query(con);
-        con.set_read_timeout(Some(COMMAND_TIMEOUT.min(req.ttl / 3)))?;
-        let why = match acked {
-            Ok(n) if n >= want => return Ok(()),
-            Ok(n) => format!(
-                "only {n} of the {want} replicas required (min-replicas) acknowledged the lock \
-                 within {}ms; gave it back",
+        let acked = con
+            .set_read_timeout(Some(limit + COMMAND_TIMEOUT))
+            .and_then(|()| {
+                redis::cmd("WAIT")
+                    .arg(want)
+                    .arg(limit.as_millis().max(1) as u64)
+                    .query::<u32>(con)
+            })
+            .and_then(|n| {
+                con.set_read_timeout(Some(COMMAND_TIMEOUT.min(req.ttl / 3)))?;
+                Ok(n)
+            });
+        if matches!(acked, Ok(n) if n >= want) {
+            return Ok(());
+        }
+        let signalled = req.interrupted();
+        self.release_token(keys, token, req.mode, signalled.is_some());
+        if let Some(sig) = signalled {
+            return Err(Interrupted(sig).into());
+        }
+        let plural = if want == 1 { "replica" } else { "replicas" };
+        match acked {
+            Ok(n) => Err(crate::exit::Unreplicated(format!(
+                "{}: {n} of the {want} {plural} that ?min-replicas requires acknowledged the lock \
+                 within {}ms; it was given back (`INFO replication` lists the server's replicas)",
+                self.node.addr,
                 limit.as_millis()
-            ),
-            Err(e) => format!("WAIT: {e}"),
-        };
-        let _: redis::RedisResult<i64> = release_for(keys, token, req.mode).invoke(con);
-        Err(crate::exit::Outage(format!("{}: {why}", self.node.addr)).into())
+            ))
+            .into()),
+            Err(e) => Err(self
+                .node
+                .error(format!("waiting for replicas on {}", self.node.addr), e)),
+        }
     }
 
     /// Best effort, after a lost reply: if the lock is ours after all, give it back.
@@ -545,6 +573,14 @@ impl Backend for RedisBackend {
                 let n: u32 = mode.parse().unwrap_or(0);
                 status.mode = Some(if n > 0 { Mode::Limit(n) } else { Mode::Shared });
                 status.limit = (n > 0).then_some(n);
+            }
+        }
+        // A young server holds a grant back: `status` says so rather than show a command that
+        // has not started (best effort: a server that denies INFO shows the holders as they are).
+        if status.holders.iter().any(|h| h.ttl_ms.is_some()) {
+            let info: redis::RedisResult<String> = redis::cmd("INFO").arg("server").query(&mut con);
+            if let Some(up) = info.ok().as_deref().and_then(uptime) {
+                status.mark_held_back(up);
             }
         }
         Ok(status)

@@ -98,7 +98,17 @@ pub(super) fn split_seeds(url: &str, default_port: u16) -> Result<(String, Vec<H
 
 impl Node {
     pub(in crate::backend) fn parse(full: &str) -> Result<Node, Usage> {
-        let bad = |e: redis::RedisError| Usage(format!("bad redis URL '{}': {e}", redact(full)));
+        let bad = |e: redis::RedisError| {
+            // redis-rs says "Missing hostname - InvalidClientConfig": its words, not its type.
+            let text = e.to_string();
+            let what = text.split(" - ").next().unwrap_or(&text).to_lowercase();
+            Usage(format!(
+                "bad redis URL '{}': {what} (expected redis://[user:password@]host[:port][/db], \
+                 rediss://… for TLS, redis+unix:///path/to.sock, or \
+                 redis-sentinel://host:26379#primary)",
+                redact(full)
+            ))
+        };
         let (url, min_replicas) = take_min_replicas(full)
             .map_err(|why| Usage(format!("bad redis URL '{}': {why}", redact(full))))?;
         let url = url.as_str();
