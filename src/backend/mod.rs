@@ -288,12 +288,7 @@ pub(crate) trait Backend {
     /// lock is free, or held by someone else), or until `deadline`; `Ok(false)` when the
     /// deadline came first. The default asks [`Backend::status`] every [`BREAK_LOOK_EVERY`]:
     /// `break` is an operator's command, not a waiter in the lock's queue.
-    fn await_broken(
-        &self,
-        key: &Key,
-        broken: &Broken,
-        deadline: Deadline,
-    ) -> anyhow::Result<bool> {
+    fn await_broken(&self, key: &Key, broken: &Broken, deadline: Deadline) -> anyhow::Result<bool> {
         loop {
             let now = self.status(key)?;
             if !broken.still_held(&now) {

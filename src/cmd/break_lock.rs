@@ -29,7 +29,11 @@ pub(crate) fn run(cfg: &KeyConfig, force: bool, wait: Option<Option<Duration>>) 
     report::set_verbosity(cfg.verbosity);
     let name = cfg.target.kind.name();
     let fail = |e: anyhow::Error, code: u8| {
-        crate::app::fail(name, &e.context(format!("cannot break '{}'", cfg.key)), code)
+        crate::app::fail(
+            name,
+            &e.context(format!("cannot break '{}'", cfg.key)),
+            code,
+        )
     };
     let b = match backend::open(&cfg.target) {
         Ok(b) => b,
@@ -62,7 +66,10 @@ pub(crate) fn run(cfg: &KeyConfig, force: bool, wait: Option<Option<Duration>>) 
         Ok(broken) => broken,
         Err(e) => return fail(e, 0),
     };
-    say(cfg, &report::broke_text(&broken.status, verb(how), &then(&broken, how)));
+    say(
+        cfg,
+        &report::broke_text(&broken.status, verb(how), &then(&broken, how)),
+    );
     if !broken.status.held || broken.frees == Frees::Now {
         return 0;
     }

@@ -1,0 +1,125 @@
+//! `dlock break` on MySQL/MariaDB. A lock lives as long as its holder's connection: there is no
+//! lease to wait out, and ending the connection (`KILL`, `--force`) hands the lock to a waiter
+//! at once while the holder's command still runs. A safe break ends nothing: it takes, on a
+//! connection of its own, one more user lock per holder — the mark [`mark_sql`] names from the
+//! holder's connection id — and keeps it until the holders are gone. Each holder's renewal asks
+//! about its own mark in the statement it sends anyway (`IS_USED_LOCK`), stops its command as
+//! on any loss, and only then releases: the waiters, woken by the server, get the lock then.
+//!
+//! A connection id is never reused while the server runs, so a mark can only ever stop the
+//! holder it was taken for (a later holder of the key has another connection), and it goes with
+//! break's connection (or with the server: then the lock went too).
+
+use std::time::Duration;
+
+use mysql::Conn;
+use mysql::prelude::Queryable;
+
+use super::rows::{err_text, last_value};
+use super::{COMMAND_TIMEOUT, MysqlBackend, lock_name, slot_prefix};
+use crate::backend::{Backend, Broken, Frees};
+use crate::model::{Key, Status};
+
+/// The mark on the holder whose connection id is the SQL expression `id`: a lock name outside
+/// every name dlock locks (`dlock:`, `dlock~`, `dlock#`), at most 33 characters.
+pub(super) fn mark_sql(id: &str) -> String {
+    format!("CONCAT('dlock!broken:', {id})")
+}
+
+/// How soon a holder sees the mark: its renewal interval, a third of its `--ttl`, which break
+/// cannot know (the holder's record does not carry it): the default's (30 s / 3).
+const NOTICE: Duration = Duration::from_secs(10);
+
+/// How many times break looks again for holders it has not marked yet (one that got the lock
+/// while break marked the others; a semaphore's slots fill up again).
+const ROUNDS: usize = 3;
+
+impl MysqlBackend {
+    /// A safe break: marks every dlock holder of `key` (see the module doc).
+    pub(super) fn break_safe(&self, key: &Key) -> anyhow::Result<Broken> {
+        let mut con = self.connect(COMMAND_TIMEOUT)?;
+        let mut status = Status::new(key, self.kind(), self.addr.clone());
+        for _ in 0..ROUNDS {
+            let ids;
+            (status, ids) = self.status_on(&mut con, key)?;
+            let unmarked: Vec<u64> = status
+                .holders
+                .iter()
+                .zip(&ids)
+                .filter(|(h, _)| !h.broken && h.foreign.is_none())
+                .map(|(_, id)| *id)
+                .collect();
+            if unmarked.is_empty() {
+                break;
+            }
+            for id in unmarked {
+                // 0: another break holds this mark already; the holder is told all the same.
+                last_value::<Option<i64>>(
+                    &mut con,
+                    &format!("SELECT GET_LOCK({}, 0)", mark_sql(&id.to_string())),
+                )
+                .map_err(|e| self.fail(e))
+                .map_err(|e| e.context("cannot take the break's mark"))?;
+            }
+        }
+        if !status.holders.iter().any(|h| h.broken) {
+            return Ok(Broken::now(status));
+        }
+        Ok(Broken {
+            status,
+            frees: Frees::WhenStopped(NOTICE),
+            keep: Some(Box::new(con)),
+        })
+    }
+
+    /// `--force`: ends the holders' connections, which frees their locks at once.
+    pub(super) fn break_forced(&self, key: &Key) -> anyhow::Result<Broken> {
+        let mut con = self.connect(COMMAND_TIMEOUT)?;
+        let (status, ids) = self.status_on(&mut con, key)?;
+        // The holders status shows, and a holder of the key's name it does not show (an
+        // exclusive run waiting for the shared holders to leave), as before.
+        let main: Option<u64> = last_value(
+            &mut con,
+            &format!(
+                "SELECT IS_USED_LOCK(X'{}')",
+                super::rows::hex(&lock_name(key))
+            ),
+        )
+        .map_err(|e| self.fail(e))?;
+        let slots = self
+            .slot_holders(&mut con, &slot_prefix(key))
+            .into_iter()
+            .map(|(_, _, id)| id);
+        let mut all: Vec<u64> = ids.into_iter().chain(main).chain(slots).collect();
+        all.sort_unstable();
+        all.dedup();
+        for id in all {
+            match con.query_drop(format!("KILL {id}")) {
+                Ok(()) => {}
+                // 1094: no such thread (it left meanwhile).
+                Err(mysql::Error::MySqlError(e)) if e.code == 1094 => {}
+                Err(e) => anyhow::bail!(
+                    "cannot kill connection {id} that holds the lock ({}); this needs the \
+                     CONNECTION_ADMIN (or SUPER) privilege, or the holder's user",
+                    err_text(&e)
+                ),
+            }
+        }
+        Ok(Broken::now(status))
+    }
+
+    /// Whether a break's mark is on the holder with connection `id`.
+    pub(super) fn marked(&self, con: &mut Conn, id: u64) -> bool {
+        last_value::<Option<i64>>(
+            con,
+            &format!(
+                "SELECT IS_USED_LOCK({}) IS NOT NULL",
+                mark_sql(&id.to_string())
+            ),
+        )
+        .ok()
+        .flatten()
+        .flatten()
+            == Some(1)
+    }
+}
