@@ -10,6 +10,8 @@
 //! holder it was taken for (a later holder of the key has another connection), and it goes with
 //! break's connection (or with the server: then the lock went too).
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use mysql::Conn;
@@ -17,8 +19,8 @@ use mysql::prelude::Queryable;
 
 use super::rows::{err_text, last_value};
 use super::{COMMAND_TIMEOUT, MysqlBackend, lock_name, slot_prefix};
-use crate::backend::{Backend, Broken, Frees};
-use crate::model::{Key, Status};
+use crate::backend::{Broken, marks};
+use crate::model::Key;
 
 /// The mark on the holder whose connection id is the SQL expression `id`: a lock name outside
 /// every name dlock locks (`dlock:`, `dlock~`, `dlock#`), at most 33 characters.
@@ -30,46 +32,26 @@ pub(super) fn mark_sql(id: &str) -> String {
 /// cannot know (the holder's record does not carry it): the default's (30 s / 3).
 const NOTICE: Duration = Duration::from_secs(10);
 
-/// How many times break looks again for holders it has not marked yet (one that got the lock
-/// while break marked the others; a semaphore's slots fill up again).
-const ROUNDS: usize = 3;
-
 impl MysqlBackend {
     /// A safe break: marks every dlock holder of `key` (see the module doc).
     pub(super) fn break_safe(&self, key: &Key) -> anyhow::Result<Broken> {
-        let mut con = self.connect(COMMAND_TIMEOUT)?;
-        let mut status = Status::new(key, self.kind(), self.addr.clone());
-        for _ in 0..ROUNDS {
-            let ids;
-            (status, ids) = self.status_on(&mut con, key)?;
-            let unmarked: Vec<u64> = status
-                .holders
-                .iter()
-                .zip(&ids)
-                .filter(|(h, _)| !h.broken && h.foreign.is_none())
-                .map(|(_, id)| *id)
-                .collect();
-            if unmarked.is_empty() {
-                break;
-            }
-            for id in unmarked {
-                // 0: another break holds this mark already; the holder is told all the same.
-                last_value::<Option<i64>>(
-                    &mut con,
-                    &format!("SELECT GET_LOCK({}, 0)", mark_sql(&id.to_string())),
-                )
-                .map_err(|e| self.fail(e))
-                .map_err(|e| e.context("cannot take the break's mark"))?;
-            }
-        }
-        if !status.holders.iter().any(|h| h.broken) {
-            return Ok(Broken::now(status));
-        }
-        Ok(Broken {
-            status,
-            frees: Frees::WhenStopped(NOTICE),
-            keep: Some(Box::new(con)),
-        })
+        let con = Rc::new(RefCell::new(self.connect(COMMAND_TIMEOUT)?));
+        marks::mark_holders(
+            || self.status_on(&mut con.borrow_mut(), key),
+            |ids: &[u64]| {
+                for id in ids {
+                    // 0: another break holds this mark already; the holder is told all the same.
+                    last_value::<Option<i64>>(
+                        &mut con.borrow_mut(),
+                        &format!("SELECT GET_LOCK({}, 0)", mark_sql(&id.to_string())),
+                    )
+                    .map_err(|e| self.fail(e).context("cannot take the break's mark"))?;
+                }
+                Ok(())
+            },
+            NOTICE,
+            || Box::new(con.clone()),
+        )
     }
 
     /// `--force`: ends the holders' connections, which frees their locks at once.
@@ -121,5 +103,23 @@ impl MysqlBackend {
         .flatten()
         .flatten()
             == Some(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mark_is_the_one_the_docs_name_and_no_lock_of_a_key() {
+        // docs/backends.md gives applications this name.
+        assert_eq!(mark_sql("7"), "CONCAT('dlock!broken:', 7)");
+        let longest = format!("dlock!broken:{}", u64::MAX);
+        assert!(longest.len() <= 64);
+        for k in ["broken:7", "x"] {
+            let key = Key::new(k).unwrap();
+            assert!(!lock_name(&key).starts_with("dlock!"));
+            assert!(!slot_prefix(&key).starts_with("dlock!"));
+        }
     }
 }

@@ -13,11 +13,12 @@
 //! so a later holder with the same pid in that instant is the one thing a mark could touch
 //! wrongly — and it would stop, not run beside anyone.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use super::rows::cell;
 use super::{COMMAND_TIMEOUT, PgBackend, advisory_on, status};
-use crate::backend::{Broken, Frees};
+use crate::backend::{Broken, marks};
 use crate::model::Key;
 
 /// The first key of a mark (`pg_advisory_lock(MARK_CLASS, pid)`): "dlkb" in ASCII.
@@ -46,14 +47,11 @@ pub(super) fn check_sql(held: i64) -> String {
 /// cannot know (the holder's record does not carry it): the default's (30 s / 3).
 const NOTICE: Duration = Duration::from_secs(10);
 
-/// How many times break looks again for holders it has not marked yet.
-const ROUNDS: usize = 3;
-
 impl PgBackend {
     /// A safe break: marks every dlock holder of `key` (see the module doc).
     pub(super) fn break_safe(&self, key: &Key) -> anyhow::Result<Broken> {
         let rt = self.runtime()?;
-        rt.block_on(async {
+        let s = Rc::new(rt.block_on(async {
             let s = self.connect("dlock break").await?;
             // The marks live as long as this session: no idle timeout may end it.
             self.simple(
@@ -63,36 +61,35 @@ impl PgBackend {
                 "set up the break's session",
             )
             .await?;
-            let mut status = self.status_on(&s.client, key).await?;
-            for _ in 0..ROUNDS {
-                let unmarked: Vec<i32> = status
+            anyhow::Ok(s)
+        })?);
+        marks::mark_holders(
+            || {
+                let status = rt.block_on(self.status_on(&s.client, key))?;
+                let pids = status
                     .holders
                     .iter()
-                    .filter(|h| !h.broken && h.foreign.is_none())
-                    .filter_map(|h| status::pid_of(h))
+                    .map(|h| status::pid_of(h).unwrap_or(0))
                     .collect();
-                if unmarked.is_empty() {
-                    break;
-                }
+                Ok((status, pids))
+            },
+            |pids: &[i32]| {
                 // false: another break holds this mark already; the holder is told all the same.
-                let tries: Vec<String> = unmarked
+                let tries: Vec<String> = pids
                     .iter()
+                    .filter(|&&pid| pid > 0)
                     .map(|pid| format!("pg_try_advisory_lock({MARK_CLASS}, {pid})"))
                     .collect();
+                if tries.is_empty() {
+                    return Ok(());
+                }
                 let sql = format!("SELECT {}", tries.join(", "));
-                self.simple(&s.client, &sql, COMMAND_TIMEOUT, "take the break's mark")
-                    .await?;
-                status = self.status_on(&s.client, key).await?;
-            }
-            if !status.holders.iter().any(|h| h.broken) {
-                return Ok(Broken::now(status));
-            }
-            Ok(Broken {
-                status,
-                frees: Frees::WhenStopped(NOTICE),
-                keep: Some(Box::new(s)),
-            })
-        })
+                rt.block_on(self.simple(&s.client, &sql, COMMAND_TIMEOUT, "take the break's mark"))
+                    .map(drop)
+            },
+            NOTICE,
+            || Box::new(s.clone()),
+        )
     }
 
     /// `--force`: ends the holders' sessions, which frees their locks at once.
@@ -125,4 +122,16 @@ pub(super) fn marked_pids(rows: &super::rows::Rows) -> Vec<i32> {
     rows.iter()
         .filter_map(|r| cell(r, 0)?.parse().ok())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mark_is_the_one_the_docs_name() {
+        // docs/backends.md gives applications this number.
+        assert_eq!(MARK_CLASS, 1_684_826_978);
+        assert!(check_sql(7).contains("classid = 1684826978"));
+    }
 }

@@ -1,0 +1,121 @@
+//! A safe break where the mark is a lock of break's own server session, one per holder session
+//! (MySQL/MariaDB, PostgreSQL): which holders to mark, and what `break` then shows.
+
+use super::{Broken, Frees};
+use crate::model::Status;
+
+/// How many times break looks again for holders it has not marked yet (one that got the lock
+/// while break marked the others, a semaphore slot filled again).
+const ROUNDS: usize = 3;
+
+/// Marks every dlock holder that `read` shows (a status, and the server session of each of its
+/// holders, in order), with `mark` (taking the marks of those sessions). The status returned is
+/// the first read, with each holder marked since shown `broken`, and any holder found by a later
+/// read added: a holder that noticed its mark and let go between two reads is still shown as
+/// the one broken. Some `keep` (break's session, which `keep_of` gives) when a holder is marked.
+pub(crate) fn mark_holders<S: PartialEq + Copy>(
+    mut read: impl FnMut() -> anyhow::Result<(Status, Vec<S>)>,
+    mut mark: impl FnMut(&[S]) -> anyhow::Result<()>,
+    notice: std::time::Duration,
+    keep_of: impl FnOnce() -> Box<dyn std::any::Any>,
+) -> anyhow::Result<Broken> {
+    let (mut status, mut seen) = read()?;
+    let mut todo = unmarked(&status, &seen, |_| true);
+    for round in 0..ROUNDS {
+        if todo.is_empty() {
+            break;
+        }
+        mark(&todo)?;
+        for (h, s) in status.holders.iter_mut().zip(&seen) {
+            h.broken |= todo.contains(s);
+        }
+        if round + 1 == ROUNDS {
+            break;
+        }
+        let (now, sessions) = read()?;
+        todo = unmarked(&now, &sessions, |s| !seen.contains(s));
+        for (h, s) in now.holders.into_iter().zip(sessions) {
+            if !seen.contains(&s) {
+                status.holders.push(h);
+                seen.push(s);
+            }
+        }
+    }
+    status.held = !status.holders.is_empty();
+    if !status.holders.iter().any(|h| h.broken) {
+        return Ok(Broken::now(status));
+    }
+    Ok(Broken {
+        status,
+        frees: Frees::WhenStopped(notice),
+        keep: Some(keep_of()),
+    })
+}
+
+/// The sessions of `status`'s dlock holders that carry no mark yet and pass `new`.
+fn unmarked<S: PartialEq + Copy>(
+    status: &Status,
+    sessions: &[S],
+    new: impl Fn(&S) -> bool,
+) -> Vec<S> {
+    status
+        .holders
+        .iter()
+        .zip(sessions)
+        .filter(|(h, s)| !h.broken && h.foreign.is_none() && new(s))
+        .map(|(_, s)| *s)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{BackendKind, Holder, Key};
+
+    fn status(holders: &[(u32, bool)]) -> (Status, Vec<u32>) {
+        let key = Key::new("k").unwrap();
+        let mut s = Status::new(&key, BackendKind::Mysql, "here".into());
+        for &(id, broken) in holders {
+            s.holders.push(Holder {
+                broken,
+                ..Holder::default()
+            });
+            let _ = id;
+        }
+        s.held = !s.holders.is_empty();
+        (s, holders.iter().map(|h| h.0).collect())
+    }
+
+    #[test]
+    fn marks_each_holder_once_and_keeps_the_ones_that_left() {
+        // Holder 1, then holder 2 came in (a semaphore slot) while 1 was marked and let go.
+        let mut reads = vec![status(&[(2, false)]), status(&[(1, false)])];
+        let mut marked = Vec::new();
+        let b = mark_holders(
+            || Ok(reads.pop().unwrap_or_else(|| status(&[(2, true)]))),
+            |ids| {
+                marked.extend_from_slice(ids);
+                Ok(())
+            },
+            std::time::Duration::from_secs(1),
+            || Box::new(()),
+        )
+        .unwrap();
+        assert_eq!(marked, [1, 2]);
+        assert_eq!(b.status.holders.len(), 2);
+        assert!(b.status.holders.iter().all(|h| h.broken));
+        assert!(b.keep.is_some());
+    }
+
+    #[test]
+    fn nothing_held_keeps_nothing() {
+        let b = mark_holders(
+            || Ok(status(&[])),
+            |_: &[u32]| panic!("nothing to mark"),
+            std::time::Duration::from_secs(1),
+            || Box::new(()),
+        )
+        .unwrap();
+        assert!(b.keep.is_none() && !b.status.held);
+    }
+}
