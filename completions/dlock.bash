@@ -249,7 +249,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__break)
-            opts="-b -u -k -v -q -h -V --backend --url --key --verbose --quiet --help --version"
+            opts="-b -u -k -w -v -q -h -V --backend --url --key --wait --force --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -276,6 +276,14 @@ _dlock() {
                     return 0
                     ;;
                 -k)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -w)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

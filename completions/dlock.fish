@@ -31,7 +31,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "acquire" -d 'Take the l
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "release" -d 'Give back a lock taken with `dlock acquire`; say whether it was held throughout'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "status" -d 'Show who holds KEY, since when, and who waits'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "log" -d 'Show the last runs under KEY: where, when, how long, how they ended'
-complete -c dlock -n "__fish_dlock_needs_command" -f -a "break" -d 'Forcibly remove the lock KEY, whoever holds it'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "break" -d 'Stop the holder of KEY and free the lock once it has stopped'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "bench" -d 'Measure the backend: lock latency, hand-off latency and throughput'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "doctor" -d 'Check the server and what stands between: can a lock there be sound?'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
@@ -126,6 +126,8 @@ postgres\t'PostgreSQL (session advisory locks)'
 etcd\t'etcd (the lock recipe of etcdctl lock)'"
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s k -l key -d 'The lock\'s name' -r
+complete -c dlock -n "__fish_dlock_using_subcommand break" -s w -l wait -d 'Wait until the broken holder has stopped and let go (at most DURATION when given)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand break" -l force -d 'Remove the lock now, without waiting for its holder to stop: UNSAFE, the next holder may start while the broken command still runs'
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s v -l verbose -d 'Log acquire, renew and release events with timings'
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s q -l quiet -d 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -164,7 +166,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_su
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench doctor completions help" -f -a "release" -d 'Give back a lock taken with `dlock acquire`; say whether it was held throughout'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench doctor completions help" -f -a "status" -d 'Show who holds KEY, since when, and who waits'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench doctor completions help" -f -a "log" -d 'Show the last runs under KEY: where, when, how long, how they ended'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench doctor completions help" -f -a "break" -d 'Forcibly remove the lock KEY, whoever holds it'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench doctor completions help" -f -a "break" -d 'Stop the holder of KEY and free the lock once it has stopped'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench doctor completions help" -f -a "bench" -d 'Measure the backend: lock latency, hand-off latency and throughput'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench doctor completions help" -f -a "doctor" -d 'Check the server and what stands between: can a lock there be sound?'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run acquire release status log break bench doctor completions help" -f -a "completions" -d 'Print a shell completion script'

@@ -414,6 +414,7 @@ pub(crate) fn take_locks(
         deadline,
         holder,
         interrupt,
+        look_up: Some(&cfg.target),
     };
     match lockset::acquire(backend.as_ref(), &want) {
         Ok(held) => Ok((backend, held)),

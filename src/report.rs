@@ -1,14 +1,12 @@
 //! What dlock says on stderr (and `status` on stdout): the verbosity switch, `-v` event lines,
-//! warnings, the updating "waiting for" line on a terminal, and status formatting.
+//! warnings and status formatting (the waiting line on a terminal is `waiting`).
 //!
 //! It never sees URLs: callers pass locations that are already free of credentials.
 
 use std::fmt::Arguments;
-use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::model::{Holder, Mode, Status, Verbosity};
 
@@ -176,85 +174,6 @@ pub(crate) fn short_duration(d: Duration) -> String {
         format!("{}s", d.as_secs())
     } else {
         format!("{}ms", d.as_millis())
-    }
-}
-
-/// The updating "waiting for" line: shown after about a second of waiting, only when stderr is
-/// a terminal and not `-q`, redrawn every second, erased when dropped.
-pub(crate) struct WaitingLine {
-    holder: Arc<Mutex<Option<Holder>>>,
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl WaitingLine {
-    /// Starts the line for `key` (it appears only after a second).
-    pub(crate) fn start(key: &str) -> WaitingLine {
-        WaitingLine::saying(format!("waiting for '{key}'"))
-    }
-
-    /// Starts a line that says `what` ("waiting for 'job'"), then who holds the lock if known,
-    /// then how long it has been.
-    pub(crate) fn saying(what: String) -> WaitingLine {
-        let holder = Arc::new(Mutex::new(None::<Holder>));
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let thread =
-            (level() >= Verbosity::Normal as u8 && std::io::stderr().is_terminal()).then(|| {
-                let (holder, stop) = (holder.clone(), stop.clone());
-                std::thread::spawn(move || draw(&what, &holder, &stop))
-            });
-        WaitingLine {
-            holder,
-            stop,
-            thread,
-        }
-    }
-
-    /// Records who holds the lock, for the next redraw. Called from the waiting thread.
-    pub(crate) fn holder(&self, h: &Holder) {
-        *self.holder.lock().unwrap_or_else(|e| e.into_inner()) = Some(h.clone());
-    }
-}
-
-impl Drop for WaitingLine {
-    fn drop(&mut self) {
-        *self.stop.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.stop.1.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn draw(what: &str, holder: &Mutex<Option<Holder>>, stop: &(Mutex<bool>, Condvar)) {
-    let started = Instant::now();
-    let mut drawn = false;
-    let mut stopped = stop.0.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        let (guard, _) = stop
-            .1
-            .wait_timeout_while(stopped, Duration::from_secs(1), |s| !*s)
-            .unwrap_or_else(|e| e.into_inner());
-        stopped = guard;
-        let mut err = std::io::stderr().lock();
-        if *stopped {
-            if drawn {
-                let _ = write!(err, "\r\x1b[K");
-            }
-            return;
-        }
-        let by = match &*holder.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(h) => match h.held_for() {
-                Some(d) => format!(" (held by {} for {})", h.short(), short_duration(d)),
-                None => format!(" (held by {})", h.short()),
-            },
-            None => String::new(),
-        };
-        let waited = short_duration(started.elapsed());
-        let by = clean(&by, MAX_FIELD * 2);
-        let _ = write!(err, "\r\x1b[Kdlock: {what}{by}… {waited}");
-        let _ = err.flush();
-        drawn = true;
     }
 }
 
@@ -504,6 +423,7 @@ mod tests {
                 session: b.3,
                 foreign: c.1,
                 node: c.2,
+                broken: b.1.is_some_and(|t| t % 2 == 0),
             })
     }
 

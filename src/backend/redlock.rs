@@ -18,7 +18,8 @@ use crate::backend::Grant;
 use crate::history::{Begun, MAX_EVENTS, Stored};
 
 use super::redis::{
-    COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, acquire_script, release_script, script, token,
+    BROKEN, BROKEN_PREFIX, COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, acquire_script,
+    break_script, broken_by_tombstones, release_script, script, token,
 };
 use super::{Backend, BreakHow, Broken, Lease, RenewError, Request};
 use crate::clock::{BootInstant, drift_margin};
@@ -350,6 +351,7 @@ impl Backend for Redlock {
             if same.len() >= self.quorum() {
                 status.held = true;
                 let mut h = super::read_record(r.2.as_bytes()).unwrap_or_default();
+                h.broken = r.0.starts_with(BROKEN_PREFIX);
                 h.lease_left_ms = same
                     .iter()
                     .map(|o| o.1)
@@ -362,16 +364,33 @@ impl Backend for Redlock {
         Ok(status)
     }
 
+    /// As on a single Redis (`redis::broken_by_tombstones`), on every master that answers;
+    /// the holder's renewals fail once fewer than a quorum renew.
     fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
-        // Not yet safe on this backend: both ways remove the lock at once.
-        let _ = how;
-        let removed = || -> anyhow::Result<Status> {
-            let status = self.status(key)?;
-            let keys = Keys::new(key);
+        let status = self.status(key)?;
+        let keys = Keys::new(key);
+        if how == BreakHow::Force {
             Self::release_all(&mut self.slots(), &keys, "", COMMAND_TIMEOUT);
-            Ok(status)
-        };
-        removed().map(Broken::now)
+            return Ok(Broken::now(status));
+        }
+        let replies = parallel(&mut self.slots(), |slot| {
+            slot.with(COMMAND_TIMEOUT, |c| break_script(&keys).invoke::<i64>(c))
+        });
+        let marked = replies.iter().filter(|r| r.is_ok()).count();
+        let n = self.nodes.len();
+        // The holder keeps the lock while a quorum renews: a break must reach the rest.
+        if marked < n - self.quorum() + 1 {
+            return Err(Unavailable(format!(
+                "only {marked} of {n} Redis masters answered; the holder may go on holding"
+            ))
+            .into());
+        }
+        let left = replies
+            .iter()
+            .filter_map(|r| r.as_ref().ok().copied())
+            .max()
+            .unwrap_or(0);
+        broken_by_tombstones(status, left)
     }
 
     /// Every master's events, merged: one copy of each (by its bytes), newest first by the
@@ -490,10 +509,16 @@ impl Lease for RedlockLease {
             })
         });
         let held = replies.iter().filter(|r| matches!(r, Ok(1))).count();
-        let gone = replies.iter().filter(|r| matches!(r, Ok(0))).count();
+        let broken = replies.iter().filter(|r| matches!(r, Ok(BROKEN))).count();
+        let gone = broken + replies.iter().filter(|r| matches!(r, Ok(0))).count();
         let n = replies.len();
         if held >= self.quorum {
             return Ok(());
+        }
+        if gone > n - self.quorum && broken > 0 {
+            return Err(RenewError::Lost(format!(
+                "dlock break told it to stop (on {broken} of {n} Redis masters)"
+            )));
         }
         if gone > n - self.quorum {
             return Err(RenewError::Lost(format!(

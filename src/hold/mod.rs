@@ -126,29 +126,23 @@ fn relay(cfg: &AcquireConfig, holder: libc::pid_t, to_holder: UnixStream, relaye
 
 /// `eval "$(dlock acquire …)"` of nothing succeeds: a script would go on without the lock, even
 /// under `set -e`. So when `dlock acquire` fails in any way — a usage error too — and prints
-/// for a shell (`--format sh`, the default) into a pipe (not a terminal), it prints `(exit N)`,
-/// and the `eval` fails with acquire's own code. `args` are dlock's arguments, program name
-/// first; anything but `acquire` is left alone.
+/// into a pipe (not a terminal), it prints `(exit N)`, and the `eval` fails with acquire's own
+/// code — unless clap itself parsed a format that is not for a shell (`--format json`…): a
+/// hand-made reading of the arguments missed `--format shell` (a usage error, so nothing else
+/// was printed) and `--reason -fjson` (a value, not a flag). `args` are dlock's arguments,
+/// program name first; anything but `acquire` is left alone.
 pub(crate) fn fail_the_eval(args: &[std::ffi::OsString], code: u8) {
+    use clap::Parser;
     use std::io::IsTerminal;
     if code == 0 || args.get(1).is_none_or(|a| a != "acquire") || std::io::stdout().is_terminal() {
         return;
     }
-    let mut format = "sh".to_string();
-    let mut words = args.iter().skip(2).map(|a| a.to_string_lossy());
-    while let Some(w) = words.next() {
-        if w == "--" {
-            break;
-        }
-        if let Some(v) = w.strip_prefix("--format=") {
-            format = v.to_string();
-        } else if w == "--format" || w == "-f" {
-            format = words.next().map(|v| v.to_string()).unwrap_or_default();
-        } else if let Some(v) = w.strip_prefix("-f").filter(|_| !w.starts_with("--")) {
-            format = v.trim_start_matches('=').to_string();
-        }
-    }
-    if format == "sh" {
+    let not_for_a_shell = matches!(
+        crate::cli::Cli::try_parse_from(args),
+        Ok(crate::cli::Cli { command: crate::cli::Command::Acquire(a), .. })
+            if a.format != crate::cli::Format::Sh
+    );
+    if !not_for_a_shell {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "(exit {code})");
         let _ = out.flush();

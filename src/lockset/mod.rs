@@ -20,9 +20,11 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, Grant, Lease, LossNotifier, RenewError, Request, hostname};
 use crate::clock::BootInstant;
+use crate::config::Target;
 use crate::exit::{Busy, Interrupted, Usage};
 use crate::model::{Deadline, Holder, Key, Mode, Record};
-use crate::report::{self, WaitingLine};
+use crate::report;
+use crate::waiting::{Lookup, WaitingLine};
 
 pub(crate) use self::nested::{Claim, Detached, HELD_ENV};
 use self::nested::{Inherited, inherited, still_held};
@@ -42,6 +44,9 @@ pub(crate) struct Want<'a> {
     pub holder: &'a Record,
     /// Signals.
     pub interrupt: &'a Interrupt,
+    /// Where the waiting line on a terminal looks up who holds a busy key, on a backend handle
+    /// of its own (`None`: it shows only what the wait itself learns).
+    pub look_up: Option<&'a Target>,
 }
 
 /// One held lock of a run.
@@ -230,14 +235,19 @@ fn acquire_one(
     want: &Want<'_>,
     held: &mut [Part],
 ) -> anyhow::Result<Box<dyn Lease>> {
-    let line = WaitingLine::start(key.as_str());
-    let on_holder = |h: &Holder| line.holder(h);
-    let waiting = format!("waiting for '{key}'");
-    let mut outage = Reconnecting::default();
     let holder = Record {
         key: Some(key.to_string()),
         ..want.holder.clone()
     };
+    let line = WaitingLine::start(
+        key.as_str(),
+        want.deadline,
+        &holder,
+        want.look_up.map(|t| status_lookup(t, key)),
+    );
+    let on_holder = |h: &Holder| line.holder(h);
+    let waiting = format!("waiting for '{key}'");
+    let mut outage = Reconnecting::default();
     loop {
         let next_renewal = held
             .iter()
@@ -308,6 +318,16 @@ fn acquire_one(
             other => return other,
         }
     }
+}
+
+/// The waiting line's lookup of `key`'s status on `target`: a backend handle of its own, opened
+/// on the line's thread when it first looks (never the one that waits).
+fn status_lookup(target: &Target, key: &Key) -> Lookup {
+    let (target, key) = (target.clone(), key.clone());
+    Box::new(move || match crate::backend::open(&target) {
+        Ok(b) => Box::new(move || b.status(&key).ok()),
+        Err(_) => Box::new(|| None),
+    })
 }
 
 /// An attempt that ran this long before its connection broke had reconnected and waited.

@@ -24,6 +24,7 @@ fn want<'a>(
         deadline,
         holder,
         interrupt,
+        look_up: None,
     }
 }
 

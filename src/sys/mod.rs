@@ -5,7 +5,7 @@
 //! What std does (opening with `O_NOFOLLOW`, seeking a `&File`, pipes, pids) is done with std
 //! where it is used; this module holds only what std cannot do: `flock` and OFD locks, `statfs`, inotify,
 //! `poll`, signal masks and synchronous signal waits, thread-directed signals, `prctl`, `waitid`,
-//! pidfds, `CLOCK_BOOTTIME`, and starting the command (`spawn`).
+//! pidfds, `CLOCK_BOOTTIME`, the terminal's width, and starting the command (`spawn`).
 
 mod detach;
 mod fs;
@@ -39,6 +39,27 @@ pub(crate) fn boottime() -> Duration {
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
     debug_assert_eq!(rc, 0);
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The width in columns of the terminal on stderr (`TIOCGWINSZ`), else `COLUMNS` from the
+/// environment; `None` when neither says (not a terminal, or a size of 0).
+pub(crate) fn terminal_width() -> Option<usize> {
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one `winsize` through the pointer, which is valid for it; on a
+    // descriptor that is not a terminal it fails with ENOTTY and writes nothing.
+    let rc = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut ws) };
+    if rc == 0 && ws.ws_col > 0 {
+        return Some(usize::from(ws.ws_col));
+    }
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&c| c > 0)
 }
 
 /// This host's name, or "localhost" if it has none.

@@ -60,40 +60,47 @@ pub(crate) fn break_stops_the_holder_with_79(b: &TestBackend) {
 }
 
 /// The promise: after `dlock break`, the waiting holder's command starts only after the broken
-/// holder's command (which ignores SIGTERM, so it is killed after the grace) has stopped.
+/// holder's command (which ignores SIGTERM, so it is killed after the grace) has stopped — and
+/// so does a newcomer that asks right after the break (on the file backend the queued waiter is
+/// blocked on the old lock file's inode, so only a newcomer would see an unlinked lock free).
 pub(crate) fn break_never_lets_a_waiter_start_beside_the_holder(b: &TestBackend) {
     let key = unique_key("break-waiter");
     let dir = scratch("break-waiter");
     let beats = dir.join("beats");
-    let started = dir.join("started");
     let p = Proc::spawn(&mut b.run(&key, &["--kill-grace", "1s"], &heartbeat(&beats)));
     wait_until(Duration::from_secs(10), "the first heartbeat", || {
         beats.exists()
     });
-    let w = Proc::spawn(&mut b.run(
-        &key,
-        &["--wait", "60s"],
-        &sh(&format!("date +%s%N > {}", started.display())),
-    ));
+    let started = |name: &str| {
+        let f = dir.join(name);
+        (sh(&format!("date +%s%N > {}", f.display())), f)
+    };
+    let (cmd, queued) = started("queued");
+    let w = Proc::spawn(&mut b.run(&key, &["--wait", "60s"], &cmd));
     wait_until_waiting(b, &key, 1);
     let out = run_ok(b.cmd("break").args(["-k", &key]));
     let said = String::from_utf8(out.stdout).unwrap();
     assert!(said.contains("broke"), "{said}");
+    let (cmd, newcomer) = started("newcomer");
+    let n = Proc::spawn(&mut b.run(&key, &["--wait", "60s"], &cmd));
     let (out, _) = p.wait(b.ttl + b.notice + Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
-    let (out, _) = w.wait(b.ttl + Duration::from_secs(30));
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    let start: u128 = std::fs::read_to_string(&started)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     let last = last_beat(&beats);
-    assert!(
-        start > last,
-        "the waiter started {} ms before the broken holder's last heartbeat",
-        (last - start) / 1_000_000
-    );
+    for (proc, file) in [(w, queued), (n, newcomer)] {
+        let (out, _) = proc.wait(b.ttl + Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let start: u128 = std::fs::read_to_string(&file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            start > last,
+            "{} started {} ms before the broken holder's last heartbeat",
+            file.display(),
+            (last - start) / 1_000_000
+        );
+    }
     assert!(b.is_free(&key));
 }
 
@@ -112,12 +119,78 @@ pub(crate) fn forced_break_removes_the_lock_at_once(b: &TestBackend) {
     let out = run_ok(b.cmd("break").args(["-k", &key, "--force"]));
     let said = String::from_utf8(out.stdout).unwrap();
     assert!(
-        said.contains("removed") && said.contains("forced") && said.contains(&format!("pid {}", p.pid())),
+        said.contains("removed")
+            && said.contains("forced")
+            && said.contains(&format!("pid {}", p.pid())),
         "{said}"
     );
     let (out, took) = p.wait(b.notice + Duration::from_secs(5));
     assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
-    assert!(took < b.notice + Duration::from_secs(3), "noticed after {took:?}");
+    assert!(
+        took < b.notice + Duration::from_secs(3),
+        "noticed after {took:?}"
+    );
     assert!(!alive(child));
+    assert!(b.is_free(&key));
+}
+
+/// A holder that is not dlock cannot be told to stop: a safe break refuses it (exit 1, naming
+/// it) and changes nothing; `--force` removes the lock.
+fn foreign_holder_is_refused_then_forced(
+    b: &TestBackend,
+    key: &str,
+    still_held: impl Fn() -> bool,
+) {
+    let s = b.status(key);
+    assert!(s["holders"][0]["foreign"].is_string(), "{s}");
+    let out = run_code(b.cmd("break").args(["-k", key]), 1);
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("cannot be told to stop") && line.contains("--force"),
+        "{line}"
+    );
+    assert!(still_held(), "a refused break changed the lock");
+    let out = run_ok(b.cmd("break").args(["-k", key, "--force"]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("forced"));
+}
+
+#[test]
+fn file_break_refuses_a_flock_that_is_not_dlock() {
+    let b = TestBackend::file();
+    let key = unique_key("break-flock");
+    let path = b.status(&key)["server_name"].as_str().unwrap().to_string();
+    let mut f = Proc::spawn(
+        std::process::Command::new("flock")
+            .args(["-x", &path, "sh", "-c", "read _x || true"])
+            .stdin(std::process::Stdio::piped()),
+    );
+    wait_until(Duration::from_secs(10), "flock(1) to hold", || {
+        b.status(&key)["held"] == true
+    });
+    run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
+    foreign_holder_is_refused_then_forced(&b, &key, || b.status(&key)["held"] == true);
+    f.close_stdin();
+    f.wait(Duration::from_secs(10));
+}
+
+#[test]
+fn redis_break_refuses_a_key_set_by_another_client() {
+    let Some(url) = crate::servers::shared_redis() else {
+        return;
+    };
+    let b = TestBackend::redis(&url);
+    let key = unique_key("break-foreign");
+    let name = b.status(&key)["server_name"].as_str().unwrap().to_string();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-u", &url])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    // As redis-py's Lock without a timeout does: a token, no expiry, no dlock record.
+    assert_eq!(cli(&["SET", &name, "their-token"]), "OK");
+    foreign_holder_is_refused_then_forced(&b, &key, || cli(&["GET", &name]) == "their-token");
     assert!(b.is_free(&key));
 }

@@ -157,67 +157,6 @@ fn default_directory_is_per_user_and_private() {
     std::fs::remove_file(dir.join(format!("{key}.lock"))).unwrap();
 }
 
-/// On a terminal, a waiter says whom it waits for (after about a second) and clears the line.
-#[test]
-fn waiting_line_on_a_terminal_names_the_holder() {
-    assert!(
-        which("script").is_some(),
-        "util-linux `script` is needed for the terminal test"
-    );
-    let b = TestBackend::file();
-    let key = unique_key("waiting-line");
-    let dir = scratch("waiting-line");
-    let m = dir.join("held");
-    let mut h = b.holding(&key, &[], &m);
-    let inner = format!("{DLOCK} run {} -k {key} -- true", b.args.join(" "));
-    let mut waiter =
-        Proc::spawn(std::process::Command::new("script").args(["-qec", &inner, "/dev/null"]));
-    let stdout = waiter.child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::Read;
-        let mut stdout = stdout;
-        let mut buf = [0u8; 512];
-        while let Ok(n) = stdout.read(&mut buf) {
-            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                break;
-            }
-        }
-    });
-    let mut text = String::new();
-    let want = format!("dlock: waiting for '{key}' (held by ");
-    while !text.contains(&want) {
-        let chunk = rx
-            .recv_timeout(Duration::from_secs(5))
-            .expect("the waiting line within 5 s");
-        text.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    let shown_after = waiter.started.elapsed();
-    assert!(
-        shown_after >= Duration::from_millis(900),
-        "shown too early: {shown_after:?}"
-    );
-    h.close_stdin();
-    let (out, _) = waiter.wait(Duration::from_secs(5));
-    assert_eq!(out.status.code(), Some(0));
-    while let Ok(chunk) = rx.recv_timeout(Duration::from_secs(1)) {
-        text.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    assert!(text.contains(&format!("pid {}", h.pid())), "{text:?}");
-    assert!(
-        text.trim_end().ends_with("\x1b[K"),
-        "the line is cleared at the end: {text:?}"
-    );
-}
-
-fn which(cmd: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| std::path::Path::new(d).join(cmd))
-        .find(|p| p.exists())
-}
-
 #[test]
 fn bench_measures_and_leaves_nothing_behind() {
     let b = TestBackend::file();
@@ -426,4 +365,71 @@ fn status_lists_every_held_lock_among_stale_lock_files() {
         let (out, _) = h.wait(Duration::from_secs(10));
         assert!(out.status.success(), "{}", describe(&out));
     }
+}
+
+/// In a shared directory (1777), another user hard-links a file of the victim's (here one
+/// writable by all, which `fs.protected_hardlinks` lets anyone link) at the paths of a key's
+/// lock file and history file. The victim's `dlock run` refuses them (69, one line) and leaves
+/// the file's mode and content as they were. Regression: the mode became 0666 and the content
+/// `{"fence":…,"holder":null}`. Needs root (to act as `nobody`).
+#[test]
+fn a_file_hard_linked_into_a_shared_directory_keeps_its_mode_and_content() {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 || !crate::servers::available("runuser") {
+        eprintln!("skipped: needs root and runuser to act as a second user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::path::PathBuf::from(format!("/tmp/dlock-links-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let b = TestBackend {
+        args: vec!["--url".into(), format!("file://{}", dir.display())],
+        ..TestBackend::file()
+    };
+    for (i, what) in ["lock", "history"].iter().enumerate() {
+        let key = unique_key("links");
+        let lock = std::path::PathBuf::from(b.status(&key)["server_name"].as_str().unwrap());
+        let target = if *what == "lock" {
+            lock.clone()
+        } else {
+            lock.with_extension("history")
+        };
+        let victim = scratch("links").join(format!("victim-{i}"));
+        std::fs::write(&victim, "the victim's data\n").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o606)).unwrap();
+        std::fs::set_permissions(
+            victim.parent().unwrap(),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        let linked = std::process::Command::new("runuser")
+            .args(["-u", "nobody", "--", "ln"])
+            .arg(&victim)
+            .arg(&target)
+            .status()
+            .unwrap();
+        assert!(linked.success(), "nobody could not link the victim's file");
+        let out = output(&mut b.run(&key, &[], &["true"]));
+        if *what == "lock" {
+            assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
+            assert!(
+                one_error_line(&out).contains("hard links"),
+                "{}",
+                describe(&out)
+            );
+        }
+        let meta = std::fs::metadata(&victim).unwrap();
+        assert_eq!(
+            meta.permissions().mode() & 0o7777,
+            0o606,
+            "{what}: mode changed"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "the victim's data\n",
+            "{what}: content changed"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -33,4 +33,5 @@ mod servers;
 mod sql_safety;
 mod tree;
 mod util;
+mod waitline;
 mod zookeeper;

@@ -106,12 +106,13 @@ pub(super) fn begin(
         // The newest start with a time that counts: one without a time (a forged or torn line)
         // does not, nor one dated more than DUR ahead (a clock that went back: it would skip
         // every run until the clock caught up); one less far ahead counts as just now.
+        // By time, not by place in the file (a prune cut short leaves older events last).
         let last = lines
             .iter()
             .rev()
             .map(|l| stored(l))
             .filter(|s| crate::history::Event::read(s).is_some_and(|e| e.ev == "start"))
-            .find_map(|s| {
+            .filter_map(|s| {
                 let at = s.at_ms?;
                 let ago = match now.checked_sub(at) {
                     Some(ago) => ago,
@@ -119,7 +120,8 @@ pub(super) fn begin(
                     None => return None,
                 };
                 Some((s, ago))
-            });
+            })
+            .min_by_key(|(_, ago)| *ago);
         if let Some((last, ago)) = last.filter(|(_, ago)| *ago < within) {
             return Ok(Begun::Skip {
                 last,
@@ -135,9 +137,12 @@ pub(super) fn begin(
             kept.push(b'\n');
         }
         kept.extend_from_slice(&new);
-        file.set_len(0)?;
-        file.seek(SeekFrom::Start(0))?;
-        file.write_all(&kept)?;
+        // The kept events are written over the start of the file first, and only then is the
+        // rest cut off: a crash in between leaves older events after them (read by time, see
+        // `read`), never an empty history that would reopen every `--once-per` window.
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&kept, 0)?;
+        file.set_len(kept.len() as u64)?;
     } else {
         append(&file, &new)?;
     }
@@ -173,10 +178,45 @@ pub(super) fn read(lock: &Path) -> anyhow::Result<Vec<Stored>> {
         return Ok(Vec::new());
     };
     let lines = read_lines(&mut file)?;
-    Ok(lines
-        .iter()
-        .rev()
-        .take(MAX_EVENTS)
-        .map(|l| stored(l))
-        .collect())
+    let mut events: Vec<Stored> = lines.iter().rev().map(|l| stored(l)).collect();
+    // Newest first by time (stable: the file's order among equal times), so that events a
+    // prune cut short left after newer ones still read in order.
+    events.sort_by_key(|e| std::cmp::Reverse(e.at_ms));
+    events.truncate(MAX_EVENTS);
+    Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(run: &str) -> String {
+        format!(r#"{{"run":"{run}","ev":"start","host":"h","pid":1}}"#)
+    }
+
+    /// A prune cut short by a crash leaves the kept (newer) events first and older ones after
+    /// them: `log` still reads newest first, and `--once-per` still sees the newest start.
+    #[test]
+    fn a_prune_cut_short_loses_neither_order_nor_the_once_per_window() {
+        let dir = std::env::temp_dir().join(format!("dlock-prune-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lock = dir.join("k.lock");
+        let now = now_ms();
+        let text = format!(
+            "{} {}\n{} {}\n",
+            now - 1_000,
+            start("new"),
+            now - 3_600_000,
+            start("old")
+        );
+        std::fs::write(path_of(&lock), text).unwrap();
+        let events = read(&lock).unwrap();
+        assert_eq!(events[0].at_ms, Some(now - 1_000), "newest first");
+        let once = begin(&lock, b"{}", Some(Duration::from_secs(60)), false).unwrap();
+        assert!(
+            matches!(once, Begun::Skip { ago, .. } if ago < Duration::from_secs(60)),
+            "the newest start (1 s ago) counts, not the last line (an hour ago)"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

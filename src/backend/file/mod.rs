@@ -310,12 +310,14 @@ impl Backend for FileBackend {
                     status.waiters = status.waiters.map(|w| w + 1);
                     continue;
                 }
+                // An exclusive flock with no record: `flock(1)` or an application's own lock
+                // (or, for an instant, a dlock between its flock and its record).
                 None => Holder {
                     record: Record {
                         pid: Some(lock.pid),
                         ..Record::default()
                     },
-                    fencing_token: data.fence,
+                    foreign: Some("a flock with no dlock record".into()),
                     ..Holder::default()
                 },
             };

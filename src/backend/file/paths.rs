@@ -104,34 +104,65 @@ pub(crate) fn file_name(key: &Key) -> String {
 }
 
 /// Opens (creating) the lock file without following a symlink someone planted at its path, and
-/// refuses anything but a regular file (a FIFO or device planted there). `O_NONBLOCK` so that
-/// opening a FIFO cannot block; it changes nothing for a regular file or its locks.
+/// refuses anything but a regular file (a FIFO or device planted there) and a file with more
+/// than one link. `O_NONBLOCK` so that opening a FIFO cannot block; it changes nothing for a
+/// regular file or its locks.
 ///
 /// In a `shared` directory (one that other users may write to, such as a sticky `1777` one), a
-/// lock file this process creates is made readable and writable by everyone who can use the
-/// directory, whatever the umask, so that the next user's dlock can open it to lock and to
+/// lock file this call creates (`O_EXCL`) is made readable and writable by everyone who can use
+/// the directory, whatever the umask, so that the next user's dlock can open it to lock and to
 /// update the counter (with the umask's 0644, a second user got "Permission denied" instead of
-/// waiting). `flock(1)` users expect the same of a shared lock directory.
+/// waiting). `flock(1)` users expect the same of a shared lock directory. A file that was there
+/// already keeps its mode, and one with several links is refused: in a shared directory another
+/// user can hard-link a file of yours at a lock file's or history file's path (where
+/// `fs.protected_hardlinks` is 0, or the file is writable by them), and dlock would then change
+/// its mode and rewrite it.
 pub(super) fn open_lock_file(path: &Path, shared: bool) -> anyhow::Result<File> {
-    let opened = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .mode(0o666)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path);
-    let file = match opened {
-        Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            bail!("refusing {}: it is a symbolic link", path.display())
+    let open = |create: bool| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(create)
+            .mode(0o666)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+    };
+    // The common case first: the file is there (one open). A file removed or created between
+    // the two opens (a `break --force`, another run) is simply looked at again.
+    let mut tries = 0;
+    let (file, created) = loop {
+        tries += 1;
+        let (opened, created) = match open(false) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (open(true), true),
+            other => (other, false),
+        };
+        match opened {
+            Ok(f) => break (f, created),
+            Err(e)
+                if tries < 5
+                    && matches!(
+                        e.kind(),
+                        io::ErrorKind::NotFound | io::ErrorKind::AlreadyExists
+                    ) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                bail!("refusing {}: it is a symbolic link", path.display())
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
         }
-        Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
     };
     let meta = file.metadata()?;
     if !meta.file_type().is_file() {
         bail!("refusing {}: not a regular file", path.display());
     }
-    if shared && meta.uid() == sys::euid() && meta.mode() & 0o666 != 0o666 {
+    if meta.nlink() != 1 {
+        bail!(
+            "refusing {}: it has {} hard links, so it may be a file of someone's linked there; \
+             remove it",
+            path.display(),
+            meta.nlink()
+        );
+    }
+    if shared && created && meta.mode() & 0o666 != 0o666 {
         use std::os::unix::fs::PermissionsExt;
         file.set_permissions(std::fs::Permissions::from_mode(0o666))
             .with_context(|| format!("cannot share {}", path.display()))?;

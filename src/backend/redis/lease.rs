@@ -89,8 +89,11 @@ impl Lease for RedisLease {
                 crate::report::clean(&self.keys.lock, crate::report::MAX_FIELD),
                 self.mode.describe()
             ))),
+            Ok(super::scripts::BROKEN) => Err(RenewError::Lost(format!(
+                "dlock break told it to stop (on {addr})"
+            ))),
             Ok(_) => Err(RenewError::Lost(format!(
-                "the lock key on {addr} expired or was deleted (dlock break?) or taken over"
+                "the lock key on {addr} expired or was deleted (dlock break --force?) or taken over"
             ))),
             Err(e) => {
                 self.con = None;

@@ -39,7 +39,8 @@ use self::lease::RedisLease;
 pub(super) use self::names::{Keys, token};
 
 pub(super) use self::scripts::{
-    RENEW, STATUS, acquire_reply, acquire_script, release_script, script,
+    BROKEN, BROKEN_PREFIX, RENEW, STATUS, acquire_reply, acquire_script, break_script,
+    release_script, script,
 };
 use self::scripts::{STATUS_SHARED, mismatch, release_for, release_shared_script};
 use self::sentinel::Sentinels;
@@ -514,7 +515,13 @@ impl Backend for RedisBackend {
             ..Status::new(key, self.kind(), self.node.addr.clone())
         };
         if status.held {
-            let mut h = super::read_record(meta.as_bytes()).unwrap_or_default();
+            // dlock writes its record in the script that sets the key: a key without one was
+            // set by another client (a redis-py Lock).
+            let mut h = super::read_record(meta.as_bytes()).unwrap_or_else(|| Holder {
+                foreign: Some("a client that is not dlock (no holder record)".into()),
+                ..Holder::default()
+            });
+            h.broken = lock.starts_with(BROKEN_PREFIX);
             h.fencing_token = fence.parse().ok();
             h.lease_left_ms = u64::try_from(pttl).ok();
             status.holders.push(h);
@@ -528,6 +535,7 @@ impl Backend for RedisBackend {
         if let Some((mode, rest)) = shared.split_first() {
             for entry in rest.chunks_exact(4) {
                 let mut h = super::read_record(entry[2].as_bytes()).unwrap_or_default();
+                h.broken = entry[0].starts_with(BROKEN_PREFIX);
                 h.lease_left_ms = entry[1].parse().ok();
                 h.fencing_token = entry[3].parse().ok();
                 status.holders.push(h);
@@ -567,21 +575,53 @@ impl Backend for RedisBackend {
             .map_err(|e| self.node.error(self.node.addr.clone(), e))
     }
 
+    /// Safe: every holder's token becomes its tombstone with the lease it had left
+    /// (lua/break.lua); the holders' renewals fail, they stop, and their releases delete the
+    /// tombstones. Forced: the lock and the shared holders are deleted at once.
     fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
-        // Not yet safe on this backend: both ways remove the lock at once.
-        let _ = how;
-        let removed = || -> anyhow::Result<Status> {
-            let status = self.status(key)?;
-            let keys = Keys::new(key);
-            let mut con = self.node.connect(COMMAND_TIMEOUT)?;
+        let status = self.status(key)?;
+        let keys = Keys::new(key);
+        let mut con = self.node.connect(COMMAND_TIMEOUT)?;
+        if how == BreakHow::Force {
             let _: i64 = release_script(&keys, "")
                 .invoke(&mut con)
                 .map_err(|e| self.fail(e))?;
             let _: i64 = release_shared_script(&keys, "", Mode::Shared)
                 .invoke(&mut con)
                 .map_err(|e| self.fail(e))?;
-            Ok(status)
-        };
-        removed().map(Broken::now)
+            return Ok(Broken::now(status));
+        }
+        let left: i64 = break_script(&keys)
+            .invoke(&mut con)
+            .map_err(|e| self.fail(e))?;
+        broken_by_tombstones(status, left)
     }
+}
+
+/// What a safe break by tombstones did (here and on Redlock): free at the latest when the
+/// longest lease left (`left_ms`, as the server counted it) has run out.
+pub(in crate::backend) fn broken_by_tombstones(
+    mut status: Status,
+    left_ms: i64,
+) -> anyhow::Result<Broken> {
+    if !status.held {
+        return Ok(Broken::now(status));
+    }
+    if left_ms <= 0 {
+        // Held with no lease (a client that is not dlock set the key without an expiry):
+        // nothing was changed, and nothing would ever tell that holder to stop.
+        anyhow::bail!(
+            "{} is held with no lease, so not by dlock: it cannot be told to stop; --force \
+             removes it (unsafe)",
+            status.server_name.as_deref().unwrap_or("the key")
+        );
+    }
+    for h in &mut status.holders {
+        h.broken = true;
+    }
+    Ok(Broken {
+        status,
+        frees: super::Frees::Within(Duration::from_millis(left_ms.unsigned_abs())),
+        keep: None,
+    })
 }

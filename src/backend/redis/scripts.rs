@@ -35,6 +35,24 @@ pub(in crate::backend) const RENEW: &str = include_str!("lua/renew.lua");
 pub(super) const RELEASE: &str = include_str!("lua/release.lua");
 /// Everything `status` shows, read atomically with the server's clock.
 pub(in crate::backend) const STATUS: &str = include_str!("lua/status.lua");
+/// A safe `break`: every holder's token becomes its tombstone, with the lease it had left.
+const BREAK: &str = include_str!("lua/break.lua");
+/// What a renewal script replies when a `break` told the holder to stop.
+pub(in crate::backend) const BROKEN: i64 = -2;
+/// The prefix a `break` puts before a holder's token.
+pub(in crate::backend) const BROKEN_PREFIX: &str = "broken:";
+
+/// A safe `break` of every holder of `keys`: replies with the longest lease left, in ms (0 when
+/// nothing was held).
+pub(in crate::backend) fn break_script(keys: &Keys) -> redis::ScriptInvocation<'static> {
+    static SCRIPT: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+    let mut inv = script(&SCRIPT, BREAK).prepare_invoke();
+    inv.key(&keys.lock)
+        .key(&keys.owner)
+        .key(&keys.holders)
+        .key(&keys.hmeta);
+    inv
+}
 
 pub(in crate::backend) fn release_script(
     keys: &Keys,

@@ -1,5 +1,6 @@
 -- Extends a shared holder's or semaphore slot's lease if it is still live.
--- KEYS: holders, hmeta, lock   ARGV: token, ttl ms   Reply: 1, 0 (lost), or -1: the exclusive
+-- KEYS: holders, hmeta, lock   ARGV: token, ttl ms   Reply: 1, 0 (lost), -2 (a `break` told it
+-- to stop: break.lua), or -1: the exclusive
 -- lock key is set while this holder is live, which dlock never does (an exclusive run waits for
 -- the holders to leave): a client that is not dlock (redis-py's Lock) took it without seeing
 -- the holders, and holds too.
@@ -16,4 +17,5 @@ if s and tonumber(s) > now then
   end
   return 1
 end
+if redis.call('ZSCORE', KEYS[1], 'broken:' .. ARGV[1]) then return -2 end
 return 0
