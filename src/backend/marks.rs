@@ -1,8 +1,8 @@
 //! A safe break where the mark is a lock of break's own server session, one per holder session
 //! (MySQL/MariaDB, PostgreSQL): which holders to mark, and what `break` then shows.
 
-use super::{Broken, Frees};
-use crate::model::Status;
+use super::{BREAK_LOOK_EVERY, Broken, Frees};
+use crate::model::{Deadline, Status};
 
 /// How many times break looks again for holders it has not marked yet (one that got the lock
 /// while break marked the others, a semaphore slot filled again).
@@ -50,6 +50,26 @@ pub(crate) fn mark_holders<S: PartialEq + Copy>(
         frees: Frees::WhenStopped(notice),
         keep: Some(keep_of()),
     })
+}
+
+/// [`super::Backend::await_broken`] with `read` (a status read on break's own session, which
+/// also keeps that session from looking idle to the server): every [`BREAK_LOOK_EVERY`] until
+/// none of `broken`'s holders holds the lock, or until `deadline` (`Ok(false)`).
+pub(crate) fn await_gone(
+    broken: &Broken,
+    deadline: Deadline,
+    mut read: impl FnMut() -> anyhow::Result<Status>,
+) -> anyhow::Result<bool> {
+    loop {
+        if !broken.still_held(&read()?) {
+            return Ok(true);
+        }
+        match deadline.remaining() {
+            Some(left) if left.is_zero() => return Ok(false),
+            Some(left) => std::thread::sleep(left.min(BREAK_LOOK_EVERY)),
+            None => std::thread::sleep(BREAK_LOOK_EVERY),
+        }
+    }
 }
 
 /// The sessions of `status`'s dlock holders that carry no mark yet and pass `new`.

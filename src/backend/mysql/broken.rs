@@ -20,7 +20,10 @@ use mysql::prelude::Queryable;
 use super::rows::{err_text, last_value};
 use super::{COMMAND_TIMEOUT, MysqlBackend, lock_name, slot_prefix};
 use crate::backend::{Broken, marks};
-use crate::model::Key;
+use crate::model::{Deadline, Key};
+
+/// Break's connection, which holds the marks.
+type Shared = Rc<RefCell<Conn>>;
 
 /// The mark on the holder whose connection id is the SQL expression `id`: a lock name outside
 /// every name dlock locks (`dlock:`, `dlock~`, `dlock#`), at most 33 characters.
@@ -35,7 +38,13 @@ const NOTICE: Duration = Duration::from_secs(10);
 impl MysqlBackend {
     /// A safe break: marks every dlock holder of `key` (see the module doc).
     pub(super) fn break_safe(&self, key: &Key) -> anyhow::Result<Broken> {
-        let con = Rc::new(RefCell::new(self.connect(COMMAND_TIMEOUT)?));
+        let mut con = self.connect(COMMAND_TIMEOUT)?;
+        // The marks live as long as this connection: the server must not drop it as idle
+        // (a server-wide `wait_timeout` may be short) while the holders stop. A break whose host
+        // died leaves marks that only ever reach the holders it broke.
+        con.query_drop("SET SESSION wait_timeout = 31536000")
+            .map_err(|e| self.fail(e))?;
+        let con = Rc::new(RefCell::new(con));
         marks::mark_holders(
             || self.status_on(&mut con.borrow_mut(), key),
             |ids: &[u64]| {
@@ -50,8 +59,26 @@ impl MysqlBackend {
                 Ok(())
             },
             NOTICE,
-            || Box::new(con.clone()),
+            || Box::new(con.clone()) as Box<dyn std::any::Any>,
         )
+    }
+
+    /// After a safe break: reads the status on break's own connection (the mark's), else on a
+    /// new one.
+    pub(super) fn await_marked(
+        &self,
+        key: &Key,
+        broken: &Broken,
+        deadline: Deadline,
+    ) -> anyhow::Result<bool> {
+        let kept = broken
+            .keep
+            .as_ref()
+            .and_then(|k| k.downcast_ref::<Shared>());
+        marks::await_gone(broken, deadline, || match kept {
+            Some(con) => Ok(self.status_on(&mut con.borrow_mut(), key)?.0),
+            None => self.status_of(key),
+        })
     }
 
     /// `--force`: ends the holders' connections, which frees their locks at once.

@@ -373,6 +373,15 @@ impl Backend for MysqlBackend {
         }
     }
 
+    fn await_broken(
+        &self,
+        key: &Key,
+        broken: &Broken,
+        deadline: crate::model::Deadline,
+    ) -> anyhow::Result<bool> {
+        self.await_marked(key, broken, deadline)
+    }
+
     fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
         self.history_of(key)
     }

@@ -17,9 +17,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::rows::cell;
-use super::{COMMAND_TIMEOUT, PgBackend, advisory_on, status};
-use crate::backend::{Broken, marks};
-use crate::model::Key;
+use super::{COMMAND_TIMEOUT, PgBackend, Session, advisory_on, status};
+use crate::backend::{Backend, Broken, marks};
+use crate::model::{Deadline, Key};
 
 /// The first key of a mark (`pg_advisory_lock(MARK_CLASS, pid)`): "dlkb" in ASCII.
 pub(super) const MARK_CLASS: i32 = 0x646c_6b62;
@@ -88,8 +88,29 @@ impl PgBackend {
                     .map(drop)
             },
             NOTICE,
-            || Box::new(s.clone()),
+            || Box::new(s.clone()) as Box<dyn std::any::Any>,
         )
+    }
+
+    /// After a safe break: reads the status on break's own session (the mark's), else on a new
+    /// one.
+    pub(super) fn await_marked(
+        &self,
+        key: &Key,
+        broken: &Broken,
+        deadline: Deadline,
+    ) -> anyhow::Result<bool> {
+        let Some(s) = broken
+            .keep
+            .as_ref()
+            .and_then(|k| k.downcast_ref::<Rc<Session>>())
+        else {
+            return marks::await_gone(broken, deadline, || self.status(key));
+        };
+        let rt = self.runtime()?;
+        marks::await_gone(broken, deadline, || {
+            rt.block_on(self.status_on(&s.client, key))
+        })
     }
 
     /// `--force`: ends the holders' sessions, which frees their locks at once.

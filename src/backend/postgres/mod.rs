@@ -612,6 +612,15 @@ impl Backend for PgBackend {
         }
     }
 
+    fn await_broken(
+        &self,
+        key: &Key,
+        broken: &Broken,
+        deadline: crate::model::Deadline,
+    ) -> anyhow::Result<bool> {
+        self.await_marked(key, broken, deadline)
+    }
+
     fn doctor(&self, ttl: Duration) -> anyhow::Result<Vec<crate::backend::ground::Finding>> {
         self.checks(ttl)
     }
