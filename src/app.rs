@@ -277,21 +277,6 @@ fn run(run: &RunConfig) -> u8 {
         report::verbose(format_args!("started pid {pid}"));
     }
     let ending = supervise::supervise(&child, &rx, &mut keeper, clock, cfg.kill_grace);
-    if child.left_running() {
-        // Processes that SIGKILL cannot end yet (uninterruptible sleep) are still there: the
-        // lock is left to the guardian, which holds a descriptor-held lock until they are gone;
-        // a lease runs out by itself. Releasing would let the next holder in beside them.
-        if let Ending::Lost(reason) = &ending {
-            report::error(format_args!(
-                "{name}: lost the lock '{keys_text}' while the command ran: {reason}; the command was terminated"
-            ));
-        }
-        report::warn(format_args!(
-            "{name}: processes of the command do not die (uninterruptible sleep?); the lock '{keys_text}' is left to free itself once they are gone, or when its lease runs out"
-        ));
-        keeper.abandon();
-        return ending.code();
-    }
     let closing = Closing {
         backend: backend.as_ref(),
         run_log: run_log.as_ref(),

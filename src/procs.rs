@@ -184,6 +184,44 @@ struct Stat {
     start: u64,
 }
 
+/// Why the first of `alive` (processes that outlived SIGKILL) does not die, for messages: it
+/// runs as another user (its process changed user, with `sudo` or `su`: a signal from this
+/// uid gets EPERM), it is in uninterruptible sleep, or it just does not; `None` for none.
+pub(crate) fn why_alive(alive: &[Proc]) -> Option<String> {
+    let me = crate::sys::euid();
+    let first = alive.first()?;
+    for p in alive {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid)).unwrap_or_default();
+        let field = |name: &str| -> Vec<String> {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default()
+        };
+        // Real, effective, saved: a signal needs this uid to match its real or saved uid.
+        let uids = field("Uid:");
+        let uid = |i: usize| uids.get(i).and_then(|u| u.parse::<u32>().ok());
+        if me != 0 && uid(0).is_some_and(|u| u != me) && uid(2).is_some_and(|u| u != me) {
+            return Some(format!(
+                "pid {} runs as uid {} (it changed user, with sudo or su?) and cannot be signalled \
+                 by uid {me}",
+                p.pid,
+                uid(0).unwrap_or_default()
+            ));
+        }
+        if field("State:").first().is_some_and(|s| s == "D") {
+            return Some(format!("pid {} is in uninterruptible sleep", p.pid));
+        }
+    }
+    Some(format!("pid {} does not die", first.pid))
+}
+
+/// The parent of `pid`, if it exists.
+pub(crate) fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+    read_stat(pid).map(|st| st.ppid)
+}
+
 /// `/proc/PID/stat`, parsed; `None` if it cannot be read (gone) or parsed.
 fn read_stat(pid: libc::pid_t) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)

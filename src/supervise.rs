@@ -143,8 +143,6 @@ pub struct Child {
     guardian: Guardian,
     reaper: Arc<Reaper>,
     events: Sender<Event>,
-    /// [`supervise`] gave up on processes that would not die (see [`Child::left_running`]).
-    left_running: std::cell::Cell<bool>,
 }
 
 /// Why the command could not be started.
@@ -221,7 +219,6 @@ pub fn spawn(
         guardian,
         reaper: reaper.clone(),
         events: events.clone(),
-        left_running: std::cell::Cell::new(false),
     })
 }
 
@@ -243,13 +240,6 @@ impl Child {
             status,
             started: self.guardian.command().is_some(),
         }
-    }
-
-    /// Whether processes of the command were still there (uninterruptible) when [`supervise`]
-    /// returned: then the lock must not be released but left to the guardian, which keeps a
-    /// descriptor-held lock until they are gone (a lease runs out by itself).
-    pub fn left_running(&self) -> bool {
-        self.left_running.get()
     }
 
     /// On SIGCHLD: reaping, then the guardian's reports, then what reaping found. Reports are
@@ -392,6 +382,7 @@ pub fn supervise(
     let mut stopping: Option<Stopping> = None;
     let mut status: Option<ExitStatus> = None;
     let mut last_renew_error: Option<String> = None;
+    let mut unkillable_said = false;
     loop {
         let now = BootInstant::now();
         let mut wake = Duration::from_secs(1);
@@ -432,11 +423,25 @@ pub fn supervise(
                     wake = wake.min(kill_at.saturating_duration_since(now));
                 }
                 if status.is_some() && s.killed && now >= kill_at + Duration::from_secs(1) {
-                    // Something below the command cannot be killed (uninterruptible sleep): give
-                    // up on it rather than hang; the command itself is gone. The lock is left
-                    // to the guardian (see `left_running`).
-                    child.left_running.set(true);
-                    return s.why.clone();
+                    // Something below the command outlives SIGKILL: another user's process (the
+                    // command ran sudo: EPERM), or one in uninterruptible sleep. The lock is
+                    // never let go over it: it stays held (renewed; the guardian keeps the
+                    // descriptors), and SIGKILL goes again every second until it is gone.
+                    if !unkillable_said {
+                        unkillable_said = true;
+                        let guardian = child.guardian.pid();
+                        let me = std::process::id() as libc::pid_t;
+                        let left: Vec<crate::procs::Proc> = crate::procs::descendants(me)
+                            .into_iter()
+                            .filter(|p| p.pid != guardian)
+                            .collect();
+                        let why = crate::procs::why_alive(&left)
+                            .unwrap_or_else(|| "processes of the command do not die".into());
+                        crate::report::warn(format_args!(
+                            "{why}: the lock is kept until it is gone"
+                        ));
+                    }
+                    wake = Duration::from_secs(1);
                 }
             }
         }

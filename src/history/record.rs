@@ -34,6 +34,9 @@ pub(crate) struct Event {
     pub pid: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// The effective uid: `user` comes from the environment, which anyone can set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,6 +93,7 @@ impl Event {
             host: holder.host.clone(),
             pid: holder.pid.map(u64::from),
             user: user().map(|u| u.chars().take(MAX_FIELD).collect()),
+            uid: Some(crate::sys::euid()),
             command: holder
                 .command
                 .as_ref()
@@ -137,6 +141,9 @@ pub(crate) struct Run {
     pub pid: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// The effective uid the run had (its `user` is what its environment said).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -220,6 +227,7 @@ pub(crate) fn merge(stored: &[Stored], n: usize) -> Vec<Run> {
                     host: cut(e.host.clone()),
                     pid: e.pid,
                     user: cut(e.user.clone()),
+                    uid: e.uid,
                     command: cut(e.command.clone()),
                     reason: cut(e.reason.clone()),
                     token: e.token,

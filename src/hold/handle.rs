@@ -23,14 +23,43 @@ use crate::exit::Usage;
 /// The longest message either side reads.
 const MAX_MESSAGE: u64 = 64 << 10;
 
-/// The holder's directory for this user, created (0700) if missing and refused if another user
-/// could write to it or planted it.
+/// The holder's directory for this user, created (0700) if missing: `$XDG_RUNTIME_DIR/dlock`
+/// when that is private to the user, else `/tmp/dlock-<uid>`. One that another user could write
+/// to or planted (a squatter who made `/tmp/dlock-<uid>` first) is passed over for
+/// `/tmp/dlock-<uid>.1` … `.8`, then for a new one with a random name: a handle names its
+/// directory, so `release` finds any of them.
 pub(crate) fn runtime_dir() -> anyhow::Result<PathBuf> {
     let uid = crate::sys::euid();
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-        Some(base) if base.is_absolute() && private_to_us(&base) => base.join("dlock"),
-        _ => PathBuf::from(format!("/tmp/dlock-{uid}")),
-    };
+    if let Some(base) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from)
+        && base.is_absolute()
+        && private_to_us(&base)
+        && let Ok(dir) = ours(base.join("dlock"))
+    {
+        return Ok(dir);
+    }
+    let tmp = format!("/tmp/dlock-{uid}");
+    let mut last = None;
+    for n in 0..=8 {
+        let dir = match n {
+            0 => PathBuf::from(&tmp),
+            n => PathBuf::from(format!("{tmp}.{n}")),
+        };
+        match ours(dir) {
+            Ok(dir) => return Ok(dir),
+            Err(e) => last = Some(e),
+        }
+    }
+    for _ in 0..8 {
+        let dir = PathBuf::from(format!("{tmp}-{}", random_hex()?));
+        if std::fs::DirBuilder::new().mode(0o700).create(&dir).is_ok() && private_to_us(&dir) {
+            return Ok(dir);
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("cannot make a directory for the handle")))
+}
+
+/// `dir`, created (0700) if missing, if it is private to this user.
+fn ours(dir: PathBuf) -> anyhow::Result<PathBuf> {
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -40,11 +69,21 @@ pub(crate) fn runtime_dir() -> anyhow::Result<PathBuf> {
     }
     if !private_to_us(&dir) {
         anyhow::bail!(
-            "refusing {}: not a directory of uid {uid} closed to other users",
-            dir.display()
+            "refusing {}: not a directory of uid {} closed to other users",
+            dir.display(),
+            crate::sys::euid()
         );
     }
     Ok(dir)
+}
+
+/// 16 random hex digits.
+fn random_hex() -> anyhow::Result<String> {
+    let mut id = [0u8; 8];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut id))
+        .map_err(|e| anyhow::Error::new(e).context("cannot read /dev/urandom"))?;
+    Ok(id.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Whether `dir` is a real directory (not a symlink) of this user that no other user can enter.
@@ -58,17 +97,38 @@ fn private_to_us(dir: &Path) -> bool {
 pub(crate) fn listen() -> anyhow::Result<(PathBuf, UnixListener)> {
     let dir = runtime_dir()?;
     prune_end_files(&dir);
-    let mut id = [0u8; 8];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut id))
-        .map_err(|e| anyhow::Error::new(e).context("cannot read /dev/urandom"))?;
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    let path = dir.join(format!("h-{hex}.sock"));
-    let listener = UnixListener::bind(&path).map_err(|e| {
+    let path = dir.join(format!("h-{}.sock", random_hex()?));
+    let listener = bind(&path)?;
+    Ok((path, listener))
+}
+
+/// A socket listening at `path`, mode 0600.
+fn bind(path: &Path) -> anyhow::Result<UnixListener> {
+    let listener = UnixListener::bind(path).map_err(|e| {
         anyhow::Error::new(e).context(format!("cannot listen on {}", path.display()))
     })?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    Ok((path, listener))
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// How often a holder looks whether its socket is still there.
+pub(crate) const SOCKET_CHECK: Duration = Duration::from_secs(5);
+
+/// A new listener when the socket at `path` is gone (a cleaner such as systemd-tmpfiles or
+/// logind removed it, or its whole directory), so that `release` still reaches the holder;
+/// `None` while it is there, or when it cannot be put back (the directory is no longer private
+/// to this user: then `release` says the holder is gone, and the lock ends with the owner).
+pub(crate) fn rebind_if_gone(path: &Path) -> Option<UnixListener> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        _ => return None,
+    }
+    let dir = path.parent()?;
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
+    if !private_to_us(dir) {
+        return None;
+    }
+    bind(path).ok()
 }
 
 /// The file a holder leaves for `release` when it ended by itself.

@@ -50,6 +50,8 @@ pub(super) fn hold(
     }
     let _ = sys::to_dev_null(0);
     let _ = sys::to_dev_null(1);
+    // Nothing the caller left open for dlock but stderr (until it has the handle).
+    let _ = sys::close_inherited();
     if let Err(e) = signals::block() {
         report::error(format_args!("cannot block signals: {e}"));
         return exit::UNAVAILABLE;
@@ -171,6 +173,8 @@ pub(super) fn hold(
     let watched = Watched {
         caller: Some(to_caller),
         listener,
+        socket: socket.clone(),
+        asked: false,
         owner: owner.as_ref().and_then(|o| match o.fd() {
             Some(fd) => fd.as_fd().try_clone_to_owned().ok().map(OwnerWatch::Fd),
             None => Some(OwnerWatch::Scan(o.proc())),
@@ -269,8 +273,11 @@ impl WriteAllOk for &UnixStream {
 struct Watched {
     /// `dlock acquire`, until it acknowledges the handle.
     caller: Option<UnixStream>,
-    /// The handle's socket.
+    /// The handle's socket, and its path (bound anew if a cleaner removes it).
     listener: UnixListener,
+    socket: PathBuf,
+    /// A request came: the socket is not put back any more.
+    asked: bool,
     /// The owner, until it exits.
     owner: Option<OwnerWatch>,
 }
@@ -294,7 +301,7 @@ fn watch(mut w: Watched, events: Events) -> std::io::Result<()> {
                     fds.push(c.as_fd());
                     fds.len() - 1
                 });
-                let mut timeout = -1;
+                let mut timeout = handle::SOCKET_CHECK.as_millis() as i32;
                 let mut owner_gone = false;
                 let owner_at = match &w.owner {
                     Some(OwnerWatch::Fd(o)) => {
@@ -303,7 +310,7 @@ fn watch(mut w: Watched, events: Events) -> std::io::Result<()> {
                     }
                     Some(OwnerWatch::Scan(p)) => {
                         owner_gone = p.has_exited();
-                        timeout = super::owner::OWNER_CHECK.as_millis() as i32;
+                        timeout = timeout.min(super::owner::OWNER_CHECK.as_millis() as i32);
                         None
                     }
                     None => None,
@@ -333,10 +340,18 @@ fn watch(mut w: Watched, events: Events) -> std::io::Result<()> {
                     w.owner = None;
                     events.send(Event::Holder(HolderEvent::OwnerExited));
                 }
+                // Not once a release has asked: it removes the socket as the holder ends.
+                if !w.asked
+                    && let Some(l) = handle::rebind_if_gone(&w.socket)
+                {
+                    w.listener = l;
+                    continue;
+                }
                 if listener
                     && let Ok((stream, _)) = w.listener.accept()
                     && let Some(request) = handle::read_request(&stream)
                 {
+                    w.asked = true;
                     events.send(Event::Holder(HolderEvent::Request(stream, request)));
                 }
             }
@@ -363,6 +378,9 @@ struct Stop {
     /// SIGKILL then, at the latest.
     kill_at: BootInstant,
     killed: bool,
+    /// Processes outlived SIGKILL (another user's, after `sudo`; or in uninterruptible
+    /// sleep): the holder stays, with the lock, until they are gone.
+    unkillable: bool,
     /// How the run ended, for the history.
     ending: history::Ending,
 }
@@ -428,10 +446,26 @@ impl Holding<'_> {
                     } else {
                         wake = wake.min(kill_at.saturating_duration_since(now));
                     }
-                    let over = s.stopping.as_mut().is_none_or(Stopping::is_over);
-                    let given_up = s.killed && now >= kill_at + Duration::from_secs(1);
-                    if over || given_up {
+                    if s.stopping.as_mut().is_none_or(Stopping::is_over) {
                         return self.finish(keeper);
+                    }
+                    // Still there a second after SIGKILL: never let the lock go over them (the
+                    // holder's descriptors and sessions hold it, and a lease is renewed while
+                    // it is ours); keep killing, once a second, until they are gone.
+                    if s.killed && now >= kill_at + Duration::from_secs(1) {
+                        if !s.unkillable {
+                            s.unkillable = true;
+                            let why = s
+                                .stopping
+                                .as_ref()
+                                .map(Stopping::why_alive)
+                                .unwrap_or_default();
+                            s.reply.message.push_str(&format!(
+                                "; {why}: the lock is kept until they are gone"
+                            ));
+                            report::error(format_args!("{}", s.reply.message));
+                        }
+                        wake = Duration::from_secs(1);
                     }
                 }
             }
@@ -575,6 +609,7 @@ impl Holding<'_> {
             stopping,
             kill_at,
             killed: false,
+            unkillable: false,
             ending,
         });
     }
@@ -602,6 +637,7 @@ impl Holding<'_> {
             stopping,
             kill_at: BootInstant::now() + self.kill_grace,
             killed: false,
+            unkillable: false,
             ending: history::Ending {
                 code: Some(exit::LOST.into()),
                 note: Some(format!("given back when its owner (pid {pid}) exited")),

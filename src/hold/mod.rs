@@ -73,7 +73,7 @@ fn setup_failed(e: &std::io::Error) -> u8 {
 fn resolve_owner(owner: Owner) -> Result<Option<owner::Owner>, Usage> {
     match owner {
         Owner::Nobody => Ok(None),
-        Owner::Caller => owner::Owner::pin(sys::parent_pid() as u32, true).map(Some),
+        Owner::Caller => owner::Owner::pin(owner::caller_owner() as u32, true).map(Some),
         Owner::Pid(p) => owner::Owner::pin(p, false).map(Some),
     }
 }

@@ -17,6 +17,31 @@ use crate::sys::{self, PidFd};
 /// kernel before 5.3 tells a process that another one, not its child, has ended.
 pub(super) const OWNER_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Programs that run dlock for a shell and exit with it (`eval "$(timeout 60 dlock acquire …)"`):
+/// the default owner is the first process above them, not them — else the lock would be given
+/// back as soon as the handle is printed.
+pub(super) const WRAPPERS: &[&str] = &[
+    "timeout", "time", "sudo", "doas", "env", "nice", "ionice", "chrt", "taskset", "stdbuf",
+    "nohup", "setpriv", "runuser", "strace", "ltrace", "unbuffer", "flock",
+];
+
+/// The default owner: the process that ran `dlock acquire`, or above any [`WRAPPERS`] between
+/// them (at most 8).
+pub(super) fn caller_owner() -> libc::pid_t {
+    let mut pid = sys::parent_pid();
+    for _ in 0..8 {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if !WRAPPERS.contains(&comm.trim_end()) {
+            break;
+        }
+        match procs::parent_of(pid) {
+            Some(up) if up > 1 => pid = up,
+            _ => break,
+        }
+    }
+    pid
+}
+
 /// A pinned owner process.
 pub(super) struct Owner {
     pid: libc::pid_t,
@@ -26,9 +51,9 @@ pub(super) struct Owner {
 }
 
 impl Owner {
-    /// Pins `pid`, a live process of this user (any, for root). `parent`: it must still be this
-    /// process's parent once pinned (the default owner; a parent that died meanwhile could have
-    /// had its pid reused). Refused: init and namespace inits (every process descends from
+    /// Pins `pid`, a live process of this user (any, for root). `parent`: it must still be the
+    /// default owner once pinned ([`caller_owner`]: this process's parent, or the process above
+    /// its wrappers; one that died meanwhile could have had its pid reused). Refused: init and namespace inits (every process descends from
     /// them) and a service manager (`systemd --user` runs `ExecStartPre=`).
     pub(super) fn pin(pid: u32, parent: bool) -> Result<Owner, Usage> {
         let which = if parent {
@@ -52,7 +77,7 @@ impl Owner {
             Some(Err(_)) | None => None,
         };
         let proc = Proc::of(pid).ok_or_else(gone)?;
-        if parent && sys::parent_pid() != pid {
+        if parent && caller_owner() != pid {
             return Err(Usage(format!("{which} {pid} exited: {hint}")));
         }
         use std::os::unix::fs::MetadataExt;
@@ -173,6 +198,18 @@ impl Stopping {
         self.procs.dedup();
         self.is_over();
         self.signal(&[libc::SIGKILL]);
+    }
+
+    /// Why what is left outlives SIGKILL, for messages ([`procs::why_alive`]).
+    pub(super) fn why_alive(&self) -> String {
+        let alive: Vec<Proc> = self
+            .procs
+            .iter()
+            .copied()
+            .filter(Proc::is_running)
+            .collect();
+        procs::why_alive(&alive)
+            .unwrap_or_else(|| "processes of the owner's process group do not die".into())
     }
 
     /// Whether the stop found anything to signal.

@@ -109,3 +109,21 @@ pub(crate) fn peer_credentials(sock: BorrowedFd<'_>) -> io::Result<(libc::pid_t,
     }
     Ok((cred.pid, cred.uid))
 }
+
+/// Closes every descriptor above 2 that this process inherited across its `exec` (those without
+/// close-on-exec: every descriptor dlock opens itself has it): what a detached process has no
+/// use for (a caller's `exec 9>file; flock 9` would otherwise stay locked as long as it lives).
+/// The descriptors are listed first (`/proc/self/fd`), then closed.
+pub(crate) fn close_inherited() -> io::Result<()> {
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in fds.into_iter().filter(|fd| *fd > 2) {
+        // The listing's own descriptor is closed by now (EBADF), and nothing opened since.
+        if super::raw::fcntl(fd, libc::F_GETFD, 0).is_ok_and(|f| f & libc::FD_CLOEXEC as usize == 0)
+        {
+            super::raw::close(fd);
+        }
+    }
+    Ok(())
+}

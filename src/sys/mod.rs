@@ -15,8 +15,8 @@ mod signal;
 pub(crate) mod spawn;
 
 pub(crate) use detach::{
-    Forked, fork, own_process_group, parent_pid, peer_credentials, process_group_of,
-    set_parent_death_signal, setsid, signal_group, to_dev_null,
+    Forked, close_inherited, fork, own_process_group, parent_pid, peer_credentials,
+    process_group_of, set_parent_death_signal, setsid, signal_group, to_dev_null,
 };
 pub(crate) use fs::{Inotify, flock, fs_type, ofd_lock, poll_readable, poll_ready};
 pub(crate) use process::{PidFd, become_subreaper, has_pidfds, wait_pid, waitid_exited_nowait};

@@ -472,3 +472,135 @@ fn acquire_refuses_bad_owners() {
     }
     assert!(b.is_free(&key), "nothing was taken");
 }
+
+/// Another user made `/tmp/dlock-<uid>` first (cron and CI have no `XDG_RUNTIME_DIR`): acquire
+/// passes over it for a directory of its own, and release finds the holder there. Regression:
+/// every acquire of that uid failed ("refusing /tmp/dlock-…: not a directory of uid …").
+#[test]
+fn a_squatted_handle_directory_does_not_stop_acquire_or_release() {
+    // SAFETY: geteuid takes nothing.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("DLOCK_TEST_REQUIRE_BACKENDS").is_none(),
+            "this test needs root, to run a command as nobody"
+        );
+        eprintln!("skipped: needs root");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let squatted = Path::new("/tmp/dlock-65534");
+    let _ = std::fs::remove_dir_all(squatted);
+    std::fs::create_dir(squatted).unwrap();
+    std::fs::set_permissions(squatted, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let locks = PathBuf::from(format!("/tmp/dlock-squat-locks-{}", std::process::id()));
+    std::fs::create_dir_all(&locks).unwrap();
+    std::fs::set_permissions(&locks, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let as_nobody = |args: &[&str]| {
+        let mut c = Command::new(DLOCK);
+        c.args(args)
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("DLOCK_HANDLE")
+            .current_dir("/")
+            .uid(65534)
+            .gid(65534);
+        c
+    };
+    let url = format!("file://{}", locks.display());
+    let out = run_ok(&mut as_nobody(&[
+        "acquire",
+        "-u",
+        &url,
+        "-k",
+        "squat",
+        "--owner",
+        "none",
+        "--max-hold",
+        "1m",
+        "--format",
+        "json",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let handle = v["handle"].as_str().unwrap().to_string();
+    assert!(
+        !handle.starts_with("/tmp/dlock-65534/"),
+        "the handle is in the squatted directory: {handle}"
+    );
+    run_ok(&mut as_nobody(&["release", "--handle", &handle]));
+    let _ = std::fs::remove_dir_all(squatted);
+    let _ = std::fs::remove_dir_all(&locks);
+}
+
+/// A cleaner (systemd-tmpfiles, logind) removed the handle's socket: the holder puts it back,
+/// and release still reaches it. Regression: release said "no lock is held" while it was.
+#[test]
+fn a_removed_handle_socket_is_put_back() {
+    let b = TestBackend::file();
+    let key = unique_key("acq-socket-gone");
+    let (handle, holder) = acquire_detached(&b, "1m", &["-k", &key]);
+    std::fs::remove_file(&handle).unwrap();
+    wait_until(Duration::from_secs(15), "the socket to be back", || {
+        Path::new(&handle).exists()
+    });
+    run_ok(&mut release(&handle));
+    wait_until(Duration::from_secs(5), "the holder to exit", || {
+        !alive(holder)
+    });
+    assert!(b.is_free(&key));
+}
+
+/// `eval "$(timeout 60 dlock acquire …)"`: the wrapper exits as soon as the handle is printed,
+/// so the lock is held for the shell above it. Regression: `timeout` was the owner, and the lock
+/// was given back at once while acquire said 0.
+#[test]
+fn a_wrapper_between_the_shell_and_acquire_is_not_the_owner() {
+    let b = TestBackend::file();
+    let key = unique_key("acq-wrapper");
+    let script = format!(
+        "set -e; eval \"$(timeout 60 \"$D\" acquire {} -k {key})\"; sleep 1.5; \
+         env -u DLOCK_HELD \"$D\" run {} -k {key} -n -- true && echo PROBE-GOT-IT; \
+         \"$D\" release",
+        b.args.join(" "),
+        b.args.join(" ")
+    );
+    let out = output(
+        Command::new("bash")
+            .args(["-c", &script])
+            .env("D", DLOCK)
+            .env("XDG_RUNTIME_DIR", runtime_dir()),
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("PROBE-GOT-IT"),
+        "the lock was given back when the wrapper exited: {}",
+        describe(&out)
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(b.is_free(&key));
+}
+
+/// The holder keeps nothing the caller left open for dlock: a script's `exec 9>file; flock 9`
+/// is not held on by the holder after the script closed its own descriptor. Regression: the
+/// flock stayed until `release`.
+#[test]
+fn the_holder_keeps_no_descriptor_of_the_caller() {
+    let b = TestBackend::file();
+    let key = unique_key("acq-fds");
+    let other = scratch("acq-fds").join("other.lock");
+    let script = format!(
+        "set -e; exec 9>{f}; flock 9; eval \"$(\"$D\" acquire {args} -k {key})\"; exec 9>&-; \
+         flock -n {f} true && echo FREE; \"$D\" release",
+        f = other.display(),
+        args = b.args.join(" "),
+    );
+    let out = output(
+        Command::new("bash")
+            .args(["-c", &script])
+            .env("D", DLOCK)
+            .env("XDG_RUNTIME_DIR", runtime_dir()),
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("FREE"),
+        "the holder kept the caller's flock: {}",
+        describe(&out)
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+}

@@ -543,3 +543,17 @@ pub(crate) fn file_starts_with_odd_times_and_torn_lines(b: &TestBackend, n: &Nat
         "the torn line, the start and the end"
     );
 }
+
+/// A run's record carries its effective uid beside the user its environment names: `$USER`
+/// is anyone's to set.
+#[test]
+fn the_log_carries_the_effective_uid_whatever_user_says() {
+    let b = TestBackend::file();
+    let key = unique_key("log-uid");
+    run_ok(b.run(&key, &[], &["true"]).env("USER", "mallory"));
+    let runs = log_json(&b, &key, 1);
+    assert_eq!(runs[0]["user"], "mallory", "{:?}", runs[0]);
+    // SAFETY: geteuid takes nothing and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    assert_eq!(runs[0]["uid"], uid, "{:?}", runs[0]);
+}

@@ -32,6 +32,7 @@ mod redlock;
 mod servers;
 mod sql_safety;
 mod tree;
+mod unkillable;
 mod util;
 mod waitline;
 mod zookeeper;

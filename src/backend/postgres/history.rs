@@ -99,11 +99,14 @@ async fn run(client: &Client, sql: &str, params: &[Param<'_>]) -> Result<Rows, F
 /// [`with_table`] on the lock's session, with `lock_timeout` at [`LOCK_PATIENCE`] for it (the
 /// three statements pipelined: one round trip): a lock someone holds on `dlock_runs` makes the
 /// start fail (a warning; `--once-per` refuses to run) rather than leave the lock's session
-/// stuck behind it, with its renewals and release queued up.
+/// stuck behind it, with its renewals and release queued up. Then `RESET`: the session's own
+/// setting comes back (a role's or database's `lock_timeout`, which `SET … = 0` overrode).
+/// When the table is missing, its creation and the retry come after that reset, so they set
+/// and reset the patience themselves ([`with_table`]).
 async fn bounded(client: &Client, sql: &str, params: &[Param<'_>]) -> Result<Rows, Fail> {
     let set = client.batch_execute(LOCK_PATIENCE);
-    let rows = with_table(client, sql, params);
-    let reset = client.batch_execute("SET lock_timeout = 0");
+    let rows = with_table(client, sql, params, true);
+    let reset = client.batch_execute(LOCK_RESET);
     let (set, rows, _) = tokio::join!(set, rows, reset);
     set.map_err(Fail::Pg)?;
     rows
@@ -111,13 +114,32 @@ async fn bounded(client: &Client, sql: &str, params: &[Param<'_>]) -> Result<Row
 
 /// How long a history statement on the lock's session waits for a lock on the table.
 const LOCK_PATIENCE: &str = "SET lock_timeout = 1000";
+/// The session's own `lock_timeout` again.
+const LOCK_RESET: &str = "RESET lock_timeout";
 
 /// [`run`], creating the table first if it is missing.
-async fn with_table(client: &Client, sql: &str, params: &[Param<'_>]) -> Result<Rows, Fail> {
+async fn with_table(
+    client: &Client,
+    sql: &str,
+    params: &[Param<'_>],
+    patient: bool,
+) -> Result<Rows, Fail> {
     match run(client, sql, params).await {
         Err(f) if f.is_missing_table() => {}
         r => return r,
     }
+    if patient {
+        let set = client.batch_execute(LOCK_PATIENCE).await;
+        let rows = create_then(client, sql, params).await;
+        let _ = client.batch_execute(LOCK_RESET).await;
+        set.map_err(Fail::Pg)?;
+        return rows;
+    }
+    create_then(client, sql, params).await
+}
+
+/// Creates the table, then runs `sql`.
+async fn create_then(client: &Client, sql: &str, params: &[Param<'_>]) -> Result<Rows, Fail> {
     match tokio::time::timeout(COMMAND_TIMEOUT, client.simple_query(CREATE_TABLE)).await {
         Ok(Ok(_)) => {}
         // Another session created it at the same moment (CREATE TABLE IF NOT EXISTS is not
@@ -265,7 +287,7 @@ impl PgBackend {
             let s = self.connect("dlock history").await?;
             let body = String::from_utf8_lossy(end);
             let params: [Param<'_>; 2] = [(&key.as_str(), Type::TEXT), (&body, Type::TEXT)];
-            with_table(&s.client, INSERT_END, &params)
+            with_table(&s.client, INSERT_END, &params, false)
                 .await
                 .map(drop)
                 .map_err(|f| self.history_error("record the end of the run", f))
