@@ -29,6 +29,7 @@
 //!   run, in which the holder record and fence cannot be written without serializing readers
 //!   or a second connection; see docs/backends.md.)
 
+mod broken;
 mod cluster;
 mod conflict;
 mod ground;
@@ -366,10 +367,19 @@ impl Backend for MysqlBackend {
     }
 
     fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
-        // Not yet safe on this backend: both ways remove the lock at once.
-        let _ = how;
-        let removed = || -> anyhow::Result<Status> { self.break_holders(key) };
-        removed().map(Broken::now)
+        match how {
+            BreakHow::Safe => self.break_safe(key),
+            BreakHow::Force => self.break_forced(key),
+        }
+    }
+
+    fn await_broken(
+        &self,
+        key: &Key,
+        broken: &Broken,
+        deadline: crate::model::Deadline,
+    ) -> anyhow::Result<bool> {
+        self.await_marked(key, broken, deadline)
     }
 
     fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
@@ -588,12 +598,31 @@ impl Lease for MysqlLease {
             ),
             None => "NULL".into(),
         };
-        let mine: mysql::Result<Option<(Option<i64>, Option<u64>)>> = con.query_first(format!(
-            "SELECT IS_USED_LOCK(X'{}') = CONNECTION_ID(), {intruder}",
-            hex(&self.name)
+        // One round trip: whether this connection still holds the lock, the intruder, and
+        // whether a `dlock break` put its mark on this connection (broken.rs).
+        let row: mysql::Result<Option<mysql::Row>> = con.query_first(format!(
+            "SELECT IS_USED_LOCK(X'{}') = CONNECTION_ID(), {intruder}, \
+             IS_USED_LOCK({}) IS NOT NULL",
+            hex(&self.name),
+            broken::mark_sql("CONNECTION_ID()")
         ));
+        // Read without the driver's panicking conversions: a value of another type is none.
+        let mine = row.map(|r| {
+            r.map(|r| {
+                let int = |i: usize| {
+                    r.get_opt::<Option<i64>, usize>(i)
+                        .and_then(Result::ok)
+                        .flatten()
+                };
+                (int(0), int(1).and_then(|v| u64::try_from(v).ok()), int(2))
+            })
+        });
         match mine {
-            Ok(Some((Some(1), intruder))) => {
+            Ok(Some((Some(1), _, Some(1)))) => Err(RenewError::Lost(format!(
+                "dlock break told it to stop ({}: a break holds the mark on this connection)",
+                self.addr
+            ))),
+            Ok(Some((Some(1), intruder, _))) => {
                 // A shared holder registering holds the key's name for a moment without a
                 // record; one that holds it over two renewals (ttl/3 apart) is an application.
                 if let (Some(id), Some(main)) = (intruder, &self.watch)
