@@ -12,6 +12,8 @@ pub(crate) mod etcd;
 pub(crate) mod file;
 pub(crate) mod ground;
 pub(crate) mod hosts;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+mod marks;
 #[cfg(test)]
 pub(crate) mod memory;
 #[cfg(feature = "mysql")]

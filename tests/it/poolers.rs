@@ -114,6 +114,36 @@ fn session_pooling_holds_and_renews() {
     assert!(renewed >= 3, "{}", describe(&out));
 }
 
+/// A safe break through a session pooler: the holder's guarded session sees the mark (its
+/// `pg_backend_pid()` is the server session's, the pid break marks), stops its command (79), and
+/// only then lets go; `break --wait` returns once it has.
+#[test]
+fn session_pooling_a_safe_break_stops_the_holder() {
+    let Some(pg) = shared_postgres() else { return };
+    let Some(p) = Pooler::pgbouncer(pg, "session", 4) else {
+        return;
+    };
+    let b = TestBackend::postgres(&p.url());
+    let key = unique_key("session-break");
+    let (holder, child) = b.hold(&key, &[]);
+    let out = run_ok(b.cmd("break").args(["-k", &key, "--wait", "20s"]));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("is free of the broken holder"), "{said}");
+    assert!(!alive(child), "break --wait returned while the command ran");
+    let (out, _) = holder.wait(Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines()
+            .last()
+            .unwrap_or_default()
+            .contains("dlock break told it to stop"),
+        "{}",
+        describe(&out)
+    );
+    assert!(b.is_free(&key));
+}
+
 /// `dlock doctor`: 0 on a direct connection and on session pooling, 78 naming the pool mode on
 /// transaction and statement pooling.
 #[test]

@@ -41,6 +41,16 @@ int main(int argc, char **argv) {
     bin
 }
 
+/// Kills the root process on drop: a failing test must not leave it (and its holder) behind.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: kill takes a pid and a signal.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
 /// The acquire holder (run as `nobody`) gives up after `--max-hold`; its owner's child became
 /// root and outlives SIGKILL. The lock stays held until that process is gone, and `release`
 /// says why. Regression: the holder gave the lock back one second after SIGKILL, with the root
@@ -91,6 +101,7 @@ fn the_holder_keeps_the_lock_while_a_process_it_cannot_kill_lives() {
     let root: i32 = wait_for_file(&pid_file, Duration::from_secs(10))
         .parse()
         .unwrap();
+    let _root = KillOnDrop(root);
     let b = TestBackend {
         args: vec!["--url".into(), url.clone()],
         ..TestBackend::file()
@@ -173,6 +184,7 @@ fn run_keeps_the_lock_while_a_process_it_cannot_kill_lives() {
     let root: i32 = wait_for_file(&pid_file, Duration::from_secs(10))
         .parse()
         .unwrap();
+    let _root = KillOnDrop(root);
     // Several TTLs: a lease left to run out would be gone.
     std::thread::sleep(Duration::from_secs(5));
     assert!(alive(root) && alive(p.pid()));

@@ -29,10 +29,12 @@
 //!   run, in which the holder record and fence cannot be written without serializing readers
 //!   or a second connection; see docs/backends.md.)
 
+mod broken;
 mod cluster;
 mod conflict;
 mod ground;
 mod history;
+mod lease;
 mod rows;
 mod shared;
 mod slots;
@@ -56,6 +58,7 @@ use crate::model::{Holder, Mode, Status};
 use crate::signals::HardStop;
 
 use self::conflict::{APP_HOLDS, AppHolds, conflict_holder, conflict_sql, mismatch};
+use self::lease::MysqlLease;
 use self::rows::{err_text, hex, last_row, last_value, parse_record, url_text};
 use self::shared::{Reader, SHARED_RECORD};
 use self::tls::split_tls_params;
@@ -366,10 +369,19 @@ impl Backend for MysqlBackend {
     }
 
     fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
-        // Not yet safe on this backend: both ways remove the lock at once.
-        let _ = how;
-        let removed = || -> anyhow::Result<Status> { self.break_holders(key) };
-        removed().map(Broken::now)
+        match how {
+            BreakHow::Safe => self.break_safe(key),
+            BreakHow::Force => self.break_forced(key),
+        }
+    }
+
+    fn await_broken(
+        &self,
+        key: &Key,
+        broken: &Broken,
+        deadline: crate::model::Deadline,
+    ) -> anyhow::Result<bool> {
+        self.await_marked(key, broken, deadline)
     }
 
     fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
@@ -545,113 +557,6 @@ impl MysqlBackend {
             .tcp_connect_timeout(Some(Duration::from_secs(1)))
             .read_timeout(Some(Duration::from_secs(1)))
             .into()
-    }
-}
-
-/// A held GET_LOCK: the lock lives exactly as long as `con`.
-struct MysqlLease {
-    con: Option<Conn>,
-    name: String,
-    /// For a shared holder or a semaphore slot: the key's own lock name, which an application's
-    /// GET_LOCK takes without seeing them.
-    watch: Option<String>,
-    /// The connection seen holding `watch` without a dlock record at the last renewal.
-    intruder: Option<u64>,
-    /// The key whose run history this lease writes (exclusive leases only).
-    history: Option<Key>,
-    addr: String,
-    ttl: Duration,
-    /// The fencing token, when the acquiring request was sent, any hold-back.
-    grant: Grant,
-}
-
-impl Lease for MysqlLease {
-    fn grant(&self) -> Grant {
-        self.grant
-    }
-
-    fn ttl(&self) -> Option<Duration> {
-        Some(self.ttl)
-    }
-
-    fn renew(&mut self) -> Result<(), RenewError> {
-        let Some(con) = self.con.as_mut() else {
-            return Err(RenewError::Lost("the lock's connection is gone".into()));
-        };
-        // The watched name's holder, unless it is a dlock exclusive run (its record names its
-        // connection) or nobody.
-        let intruder = match &self.watch {
-            Some(main) => format!(
-                "IF(EXISTS(SELECT 1 FROM {TABLE} WHERE name = X'{m}' \
-                 AND connection_id = IS_USED_LOCK(X'{m}')), NULL, IS_USED_LOCK(X'{m}'))",
-                m = hex(main)
-            ),
-            None => "NULL".into(),
-        };
-        let mine: mysql::Result<Option<(Option<i64>, Option<u64>)>> = con.query_first(format!(
-            "SELECT IS_USED_LOCK(X'{}') = CONNECTION_ID(), {intruder}",
-            hex(&self.name)
-        ));
-        match mine {
-            Ok(Some((Some(1), intruder))) => {
-                // A shared holder registering holds the key's name for a moment without a
-                // record; one that holds it over two renewals (ttl/3 apart) is an application.
-                if let (Some(id), Some(main)) = (intruder, &self.watch)
-                    && self.intruder == Some(id)
-                {
-                    return Err(RenewError::Lost(format!(
-                        "{}: connection {id} holds {main} with GET_LOCK without a dlock record \
-                         (an application's lock); it does not see dlock's --shared and \
-                         --limit holders, so it holds too",
-                        self.addr
-                    )));
-                }
-                self.intruder = intruder;
-                Ok(())
-            }
-            Ok(_) => Err(RenewError::Lost(format!(
-                "{}: lock {} is no longer held by this connection",
-                self.addr, self.name
-            ))),
-            Err(e) => {
-                // The connection is the lease: once it fails, the server has (or will have)
-                // released the lock, and reconnecting cannot get it back.
-                self.con = None;
-                Err(RenewError::Lost(format!(
-                    "{}: the lock's connection failed: {}",
-                    self.addr,
-                    err_text(&e)
-                )))
-            }
-        }
-    }
-
-    fn begin_run(
-        &mut self,
-        start: &[u8],
-        once_per: Option<Duration>,
-    ) -> anyhow::Result<super::Begun> {
-        self.begin_history(start, once_per)
-    }
-
-    /// The end goes on the lock's connection, before `RELEASE_LOCK`.
-    /// The lock is let go first, then the end is written on the same connection: an INSERT
-    /// held up by a table's metadata lock (an `ALTER`, a backup's `FLUSH TABLES WITH READ
-    /// LOCK`) must delay only this dlock's exit, never the next holder.
-    fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
-        if let Some(con) = self.con.as_mut() {
-            let _ = con.query_drop(format!("DO RELEASE_LOCK(X'{}')", hex(&self.name)));
-        }
-        let wrote = self.write_end(end);
-        self.release().map(|()| wrote)
-    }
-
-    fn release(mut self: Box<Self>) -> anyhow::Result<()> {
-        if let Some(mut con) = self.con.take() {
-            let _ = con.query_drop(format!("DO RELEASE_LOCK(X'{}')", hex(&self.name)));
-            // Closing the connection releases it in any case.
-        }
-        Ok(())
     }
 }
 

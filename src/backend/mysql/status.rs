@@ -5,7 +5,7 @@
 use mysql::Conn;
 use mysql::prelude::Queryable;
 
-use super::rows::{err_text, exec_row, hex, parse_record};
+use super::rows::{exec_row, hex, parse_record};
 use super::{COMMAND_TIMEOUT, HARD_LIMIT, MysqlBackend, TABLE, UPTIME, lock_name, slot_prefix};
 use crate::backend::Backend;
 use crate::model::{Holder, Key, Mode, Record, Status};
@@ -61,16 +61,28 @@ impl MysqlBackend {
     }
 
     pub(super) fn status_of(&self, key: &Key) -> anyhow::Result<Status> {
-        let name = lock_name(key);
         let mut con = self.connect(COMMAND_TIMEOUT)?;
-        let holder_id: Option<u64> = exec_row(&mut con, "SELECT IS_USED_LOCK(?)", (&name,))
+        Ok(self.status_on(&mut con, key)?.0)
+    }
+
+    /// `key`'s status, read on `con`, and the connection id of each of its holders (in the
+    /// order of `holders`). A holder with a break's mark on it is `broken` (broken.rs).
+    pub(super) fn status_on(
+        &self,
+        con: &mut Conn,
+        key: &Key,
+    ) -> anyhow::Result<(Status, Vec<u64>)> {
+        let con = &mut *con;
+        let name = lock_name(key);
+        let mut ids = Vec::new();
+        let holder_id: Option<u64> = exec_row(con, "SELECT IS_USED_LOCK(?)", (&name,))
             .map_err(|e| self.fail(e))?
             .flatten();
         // Waiters are the sessions blocked in GET_LOCK on this name (visible to the same user, or
         // to all with the PROCESS privilege).
         let pattern = format!("%GET_LOCK(X'{}'%", hex(&name));
         let waiters: Option<u64> = exec_row(
-            &mut con,
+            con,
             "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND ID <> CONNECTION_ID()",
             (&pattern,),
         )
@@ -87,7 +99,7 @@ impl MysqlBackend {
         // (waiting on every slot, or for the shared holders to leave).
         let prefix = slot_prefix(key);
         let mut shared = false;
-        for (fence, meta, id) in self.slot_holders(&mut con, &prefix) {
+        for (fence, meta, id) in self.slot_holders(con, &prefix) {
             let parsed = parse_record(&meta);
             if parsed.is_none() {
                 status.notes.push(unreadable(id));
@@ -98,11 +110,13 @@ impl MysqlBackend {
             shared |= h.mode == Some(Mode::Shared);
             let what = if shared { "shared lock" } else { "slot" };
             status.notes.push(format!("{what} held by connection {id}"));
+            h.broken = self.marked(con, id);
             status.holders.push(h);
+            ids.push(id);
             status.held = true;
         }
         if let Some(id) = holder_id {
-            let (h, unreadable_record) = self.holder_of(&mut con, &name, id);
+            let (mut h, unreadable_record) = self.holder_of(con, &name, id);
             if unreadable_record {
                 status.notes.push(unreadable(id));
             }
@@ -113,7 +127,9 @@ impl MysqlBackend {
                 ));
             } else {
                 status.notes.push(format!("held by connection {id}"));
+                h.broken = h.foreign.is_none() && self.marked(con, id);
                 status.holders.insert(0, h);
+                ids.insert(0, id);
             }
         }
         let count = |con: &mut Conn, name: &str| -> u64 {
@@ -126,42 +142,19 @@ impl MysqlBackend {
             .flatten()
             .unwrap_or(0)
         };
-        let queued = count(&mut con, &format!("{prefix}gate"));
-        let at_front = u64::from(count(&mut con, &prefix) > queued);
+        let queued = count(con, &format!("{prefix}gate"));
+        let at_front = u64::from(count(con, &prefix) > queued);
         status.waiters = status.waiters.map(|w| w + queued + at_front);
         // A young server holds a grant back: said as such (best effort).
         if status.holders.iter().any(|h| h.ttl_ms.is_some()) {
-            let up: Option<i64> = exec_row(&mut con, &format!("SELECT {UPTIME}"), ())
+            let up: Option<i64> = exec_row(con, &format!("SELECT {UPTIME}"), ())
                 .ok()
                 .flatten();
             if let Some(up) = up.and_then(|u| u64::try_from(u).ok()) {
                 status.mark_held_back(up);
             }
         }
-        Ok(status)
-    }
-
-    pub(super) fn break_holders(&self, key: &Key) -> anyhow::Result<Status> {
-        let status = self.status(key)?;
-        let name = lock_name(key);
-        let mut con = self.connect(COMMAND_TIMEOUT)?;
-        let holder_id: Option<u64> = exec_row(&mut con, "SELECT IS_USED_LOCK(?)", (&name,))
-            .map_err(|e| self.fail(e))?
-            .flatten();
-        let slot_ids = self
-            .slot_holders(&mut con, &slot_prefix(key))
-            .into_iter()
-            .map(|(_, _, id)| id);
-        for id in holder_id.into_iter().chain(slot_ids) {
-            con.query_drop(format!("KILL {id}")).map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot kill connection {id} that holds the lock ({}); \
-                     this needs the CONNECTION_ADMIN (or SUPER) privilege, or the holder's user",
-                    err_text(&e)
-                )
-            })?;
-        }
-        Ok(status)
+        Ok((status, ids))
     }
 
     /// (fence, record, connection id) of each live holder of a semaphore's slots.

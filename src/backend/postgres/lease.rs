@@ -18,8 +18,9 @@ pub(super) struct PgLease {
     pub(super) history: Option<Key>,
     pub(super) rt: Arc<Runtime>,
     pub(super) addr: String,
-    /// Counts the lock among this session's granted locks (1 while held); NULL where a guarded
-    /// session's statement reached another server session ([`ground::on_ours`]).
+    /// Counts the lock among this session's granted locks (1 while held; NULL where a guarded
+    /// session's statement reached another server session, [`ground::on_ours`]), and the
+    /// break marks on this session ([`super::broken`]).
     pub(super) check: String,
     pub(super) ttl: Duration,
     /// The fencing token, when the acquiring request was sent, any hold-back.
@@ -47,9 +48,15 @@ impl Lease for PgLease {
         });
         match result {
             Ok(Ok(messages)) => {
-                match rows::simple_rows(messages).first().and_then(|r| cell(r, 0)) {
-                    Some("1") => Ok(()),
-                    None => Err(RenewError::Lost(ground::moved_loss(&self.addr))),
+                let rows = rows::simple_rows(messages);
+                let row = rows.first();
+                match (row.and_then(|r| cell(r, 0)), row.and_then(|r| cell(r, 1))) {
+                    (Some("1"), Some("0")) => Ok(()),
+                    (Some("1"), _) => Err(RenewError::Lost(format!(
+                        "dlock break told it to stop ({}: a break holds the mark on this session)",
+                        self.addr
+                    ))),
+                    (None, _) => Err(RenewError::Lost(ground::moved_loss(&self.addr))),
                     _ => Err(RenewError::Lost(format!(
                         "{}: the session no longer holds the lock",
                         self.addr

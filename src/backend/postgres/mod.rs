@@ -23,6 +23,7 @@
 //! - A standby is refused (its advisory locks are its own); a server up for less than the TTL
 //!   holds the lock back ([`super::hold_back_until`], from `pg_postmaster_start_time()`).
 
+mod broken;
 mod doctor;
 mod ground;
 mod history;
@@ -532,13 +533,12 @@ impl Backend for PgBackend {
         drop(guard);
         // On any error the session is dropped here, which releases whatever it holds.
         let (session, held, sent, fence, uptime) = result?;
-        let count = format!(
-            "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND granted AND {}",
-            advisory_on("", &[held])
-        );
+        let count = broken::check_sql(held);
         Ok(Box::new(PgLease {
             check: match ground::is_ours(&session) {
-                Some(ours) => format!("SELECT CASE WHEN {ours} THEN ({count}) END"),
+                Some(ours) => {
+                    format!("SELECT CASE WHEN {ours} THEN c.held END, c.broken FROM ({count}) c")
+                }
                 None => count,
             },
             session: Some(session),
@@ -606,30 +606,19 @@ impl Backend for PgBackend {
     }
 
     fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
-        // Not yet safe on this backend: both ways remove the lock at once.
-        let _ = how;
-        let removed = || -> anyhow::Result<Status> {
-            let rt = self.runtime()?;
-            rt.block_on(async {
-                let s = self.connect("dlock break").await?;
-                let status = self.status_on(&s.client, key).await?;
-                // The key's own lock and every semaphore slot.
-                let sql = format!(
-                    "SELECT pid, pg_terminate_backend(pid) FROM pg_locks WHERE granted AND {}",
-                    advisory_on("", &held_ids(key))
-                );
-                self.simple(&s.client, &sql, COMMAND_TIMEOUT, "end the holder's session")
-                    .await
-                    .map_err(|e| {
-                        e.context(
-                            "ending another user's session needs the pg_signal_backend role (or \
-                             superuser)",
-                        )
-                    })?;
-                Ok(status)
-            })
-        };
-        removed().map(Broken::now)
+        match how {
+            BreakHow::Safe => self.break_safe(key),
+            BreakHow::Force => self.break_forced(key),
+        }
+    }
+
+    fn await_broken(
+        &self,
+        key: &Key,
+        broken: &Broken,
+        deadline: crate::model::Deadline,
+    ) -> anyhow::Result<bool> {
+        self.await_marked(key, broken, deadline)
     }
 
     fn doctor(&self, ttl: Duration) -> anyhow::Result<Vec<crate::backend::ground::Finding>> {

@@ -6,9 +6,23 @@ use tokio_postgres::Client;
 use tokio_postgres::types::Type;
 
 use super::rows::{self, cell};
-use super::{COMMAND_TIMEOUT, PgBackend, advisory_id, advisory_on, held_ids, locked_id, slots};
+use super::{
+    COMMAND_TIMEOUT, PgBackend, advisory_id, advisory_on, broken, held_ids, locked_id, slots,
+};
 use crate::backend::Backend;
 use crate::model::{Holder, Key, Mode, Status};
+
+/// What `status` shows of a holder of the key's advisory lock without a dlock record.
+const APP_HOLDS: &str = "pg_advisory_lock by an application";
+
+/// The backend pid of a holder `status` read (its `session`).
+pub(super) fn pid_of(h: &Holder) -> Option<i32> {
+    h.session
+        .as_deref()?
+        .strip_prefix("backend pid ")?
+        .parse()
+        .ok()
+}
 
 /// The note for a holder whose dlock record does not parse.
 fn unreadable(pid: &str) -> String {
@@ -101,6 +115,7 @@ impl PgBackend {
             h.session = Some(format!("backend pid {pid}"));
             if record.is_none() {
                 // Not dlock: an application's pg_advisory_lock(<id>).
+                h.foreign = Some(APP_HOLDS.into());
                 h.host = cell(row, 3).map(str::to_string);
                 h.since_ms = cell(row, 5).and_then(|v| v.parse().ok());
                 status.notes.push(format!(
@@ -133,7 +148,8 @@ impl PgBackend {
         // Both in one round trip: tokio-postgres pipelines requests on a connection.
         let k = key.as_str();
         let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 1] = [(&k, Type::TEXT)];
-        let (slot_rows, count) = tokio::join!(
+        let marks_sql = format!("SELECT objid FROM pg_locks WHERE {}", broken::marks(""));
+        let (slot_rows, count, marks) = tokio::join!(
             self.typed(
                 client,
                 &slot_sql,
@@ -142,6 +158,7 @@ impl PgBackend {
                 "read the semaphore",
             ),
             self.simple(client, &count_sql, COMMAND_TIMEOUT, "read the queue"),
+            self.simple(client, &marks_sql, COMMAND_TIMEOUT, "read the break marks"),
         );
         for row in slot_rows.unwrap_or_default() {
             let pid = cell(&row, 0).unwrap_or("?");
@@ -160,6 +177,11 @@ impl PgBackend {
             .ok()
             .and_then(|c| cell(c.first()?, 0)?.parse::<u64>().ok())
             .unwrap_or(0);
+        // A holder with a break's mark on it (broken.rs) is stopping its command.
+        let marked = broken::marked_pids(&marks.unwrap_or_default());
+        for h in &mut status.holders {
+            h.broken = h.foreign.is_none() && pid_of(h).is_some_and(|p| marked.contains(&p));
+        }
         status.held = !status.holders.is_empty();
         if shared {
             status.mode = Some(Mode::Shared);

@@ -1,0 +1,130 @@
+//! A held `GET_LOCK` ([`MysqlLease`]): renewals (the session's liveness, a break's mark, an
+//! application's intrusion), the run history's start and end, and the release.
+
+use super::*;
+
+/// A held GET_LOCK: the lock lives exactly as long as `con`.
+pub(super) struct MysqlLease {
+    pub(super) con: Option<Conn>,
+    pub(super) name: String,
+    /// For a shared holder or a semaphore slot: the key's own lock name, which an application's
+    /// GET_LOCK takes without seeing them.
+    pub(super) watch: Option<String>,
+    /// The connection seen holding `watch` without a dlock record at the last renewal.
+    pub(super) intruder: Option<u64>,
+    /// The key whose run history this lease writes (exclusive leases only).
+    pub(super) history: Option<Key>,
+    pub(super) addr: String,
+    pub(super) ttl: Duration,
+    /// The fencing token, when the acquiring request was sent, any hold-back.
+    pub(super) grant: Grant,
+}
+
+impl Lease for MysqlLease {
+    fn grant(&self) -> Grant {
+        self.grant
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.ttl)
+    }
+
+    fn renew(&mut self) -> Result<(), RenewError> {
+        let Some(con) = self.con.as_mut() else {
+            return Err(RenewError::Lost("the lock's connection is gone".into()));
+        };
+        // The watched name's holder, unless it is a dlock exclusive run (its record names its
+        // connection) or nobody.
+        let intruder = match &self.watch {
+            Some(main) => format!(
+                "IF(EXISTS(SELECT 1 FROM {TABLE} WHERE name = X'{m}' \
+                 AND connection_id = IS_USED_LOCK(X'{m}')), NULL, IS_USED_LOCK(X'{m}'))",
+                m = hex(main)
+            ),
+            None => "NULL".into(),
+        };
+        // One round trip: whether this connection still holds the lock, the intruder, and
+        // whether a `dlock break` put its mark on this connection (broken.rs).
+        let row: mysql::Result<Option<mysql::Row>> = con.query_first(format!(
+            "SELECT IS_USED_LOCK(X'{}') = CONNECTION_ID(), {intruder}, \
+             IS_USED_LOCK({}) IS NOT NULL",
+            hex(&self.name),
+            broken::mark_sql("CONNECTION_ID()")
+        ));
+        // Read without the driver's panicking conversions: a value of another type is none.
+        let mine = row.map(|r| {
+            r.map(|r| {
+                let int = |i: usize| {
+                    r.get_opt::<Option<i64>, usize>(i)
+                        .and_then(Result::ok)
+                        .flatten()
+                };
+                (int(0), int(1).and_then(|v| u64::try_from(v).ok()), int(2))
+            })
+        });
+        match mine {
+            Ok(Some((Some(1), _, Some(1)))) => Err(RenewError::Lost(format!(
+                "dlock break told it to stop ({}: a break holds the mark on this connection)",
+                self.addr
+            ))),
+            Ok(Some((Some(1), intruder, _))) => {
+                // A shared holder registering holds the key's name for a moment without a
+                // record; one that holds it over two renewals (ttl/3 apart) is an application.
+                if let (Some(id), Some(main)) = (intruder, &self.watch)
+                    && self.intruder == Some(id)
+                {
+                    return Err(RenewError::Lost(format!(
+                        "{}: connection {id} holds {main} with GET_LOCK without a dlock record \
+                         (an application's lock); it does not see dlock's --shared and \
+                         --limit holders, so it holds too",
+                        self.addr
+                    )));
+                }
+                self.intruder = intruder;
+                Ok(())
+            }
+            Ok(_) => Err(RenewError::Lost(format!(
+                "{}: lock {} is no longer held by this connection",
+                self.addr, self.name
+            ))),
+            Err(e) => {
+                // The connection is the lease: once it fails, the server has (or will have)
+                // released the lock, and reconnecting cannot get it back.
+                self.con = None;
+                Err(RenewError::Lost(format!(
+                    "{}: the lock's connection failed: {}",
+                    self.addr,
+                    err_text(&e)
+                )))
+            }
+        }
+    }
+
+    fn begin_run(
+        &mut self,
+        start: &[u8],
+        once_per: Option<Duration>,
+    ) -> anyhow::Result<crate::history::Begun> {
+        self.begin_history(start, once_per)
+    }
+
+    /// The end goes on the lock's connection, before `RELEASE_LOCK`.
+    /// The lock is let go first, then the end is written on the same connection: an INSERT
+    /// held up by a table's metadata lock (an `ALTER`, a backup's `FLUSH TABLES WITH READ
+    /// LOCK`) must delay only this dlock's exit, never the next holder.
+    fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        if let Some(con) = self.con.as_mut() {
+            let _ = con.query_drop(format!("DO RELEASE_LOCK(X'{}')", hex(&self.name)));
+        }
+        let wrote = self.write_end(end);
+        self.release().map(|()| wrote)
+    }
+
+    fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+        if let Some(mut con) = self.con.take() {
+            let _ = con.query_drop(format!("DO RELEASE_LOCK(X'{}')", hex(&self.name)));
+            // Closing the connection releases it in any case.
+        }
+        Ok(())
+    }
+}
