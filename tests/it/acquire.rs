@@ -604,3 +604,42 @@ fn the_holder_keeps_no_descriptor_of_the_caller() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
 }
+
+/// `acquire -E 0` is refused: a busy lock would look taken to `eval "$(dlock acquire …)"`, and a
+/// `set -e` script would run its section without the lock. The `(exit 2)` ends the eval.
+#[test]
+fn acquire_refuses_a_conflict_code_of_0() {
+    let out = run_code(dlock().args(["acquire", "-E", "0", "-n", "-k", "x"]), 2);
+    assert!(one_error_line(&out).contains("-E 0"), "{}", describe(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "(exit 2)\n");
+}
+
+/// Whatever the arguments, a failing `acquire` ends a shell's `eval` unless clap itself parsed a
+/// format that is not for a shell. Regression: a hand-made reading took `--format shell`, `-f SH`
+/// and `--reason -fjson` for other formats and printed nothing, and `eval ""` succeeds.
+#[test]
+fn a_failing_acquire_ends_the_eval_whatever_its_arguments() {
+    let script = |args: &str| {
+        let out = std::process::Command::new("bash")
+            .args([
+                "-c",
+                &format!("set -e; eval \"$({DLOCK} acquire -k x {args})\"; echo UNLOCKED"),
+            ])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    for args in ["--format shell", "-f SH", "--reason -fjson", "-E 0 -n"] {
+        let (code, said) = script(args);
+        assert_eq!(code, Some(2), "{args}: {said}");
+        assert!(!said.contains("UNLOCKED"), "{args}: {said}");
+    }
+    let out = run_code(
+        dlock().args(["acquire", "-k", "x", "--format", "json", "-E", "0"]),
+        2,
+    );
+    assert!(out.stdout.is_empty(), "{}", describe(&out));
+}
