@@ -431,9 +431,15 @@ pub fn supervise(
                             .collect();
                         let why = crate::procs::why_alive(&left)
                             .unwrap_or_else(|| "processes of the command do not die".into());
-                        crate::report::warn(format_args!(
-                            "{why}: the lock is kept until it is gone"
-                        ));
+                        // After a loss there is nothing left to keep: say so, not that it is.
+                        let then = match &s.why {
+                            Ending::Lost(_) => {
+                                "dlock goes on killing it, but the lock is lost: another \
+                                 holder may start beside it"
+                            }
+                            _ => "the lock is kept until it is gone",
+                        };
+                        crate::report::warn(format_args!("{why}: {then}"));
                     }
                     wake = Duration::from_secs(1);
                 }

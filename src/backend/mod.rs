@@ -387,15 +387,17 @@ impl Broken {
 /// Whether two views of holders are the same holder: the same server session, or the same
 /// process (host, pid namespace, pid, start) with the same token.
 fn same_holder(a: &Holder, b: &Holder) -> bool {
-    if let (Some(x), Some(y)) = (&a.session, &b.session) {
-        return x == y;
-    }
-    a.foreign == b.foreign
+    let same_process = a.foreign == b.foreign
         && a.host == b.host
         && a.pid == b.pid
         && a.pidns == b.pidns
-        && a.since_ms == b.since_ms
-        && a.fencing_token == b.fencing_token
+        && a.since_ms == b.since_ms;
+    if let (Some(x), Some(y)) = (&a.session, &b.session) {
+        // A server session can pass to another client (a PostgreSQL backend behind a session
+        // pooler): the same session with another dlock's record is another holder.
+        return x == y && (a.since_ms.is_none() || b.since_ms.is_none() || same_process);
+    }
+    same_process && a.fencing_token == b.fencing_token
 }
 
 /// Why a renewal failed.

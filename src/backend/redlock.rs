@@ -342,16 +342,18 @@ impl Backend for Redlock {
                 self.nodes.len()
             ));
         }
-        // Held when a quorum of masters carries the same token.
+        // Held when a quorum of masters carries the same token (a master where a break turned
+        // it into its tombstone, `broken:TOKEN`, carries it too).
+        let bare = |t: &str| t.strip_prefix(BROKEN_PREFIX).unwrap_or(t).to_string();
         for r in &ok {
             let same: Vec<_> = ok
                 .iter()
-                .filter(|o| !o.0.is_empty() && o.0 == r.0)
+                .filter(|o| !o.0.is_empty() && bare(&o.0) == bare(&r.0))
                 .collect();
             if same.len() >= self.quorum() {
                 status.held = true;
                 let mut h = super::read_record(r.2.as_bytes()).unwrap_or_default();
-                h.broken = r.0.starts_with(BROKEN_PREFIX);
+                h.broken = same.iter().any(|o| o.0.starts_with(BROKEN_PREFIX));
                 h.lease_left_ms = same
                     .iter()
                     .map(|o| o.1)

@@ -75,9 +75,9 @@ pub(crate) fn run(cfg: &KeyConfig, force: bool, wait: Option<Option<Duration>>) 
     }
     let deadline = match (wait, broken.keep.is_some()) {
         (None, false) => return 0,
-        (Some(None), false) => Deadline::Never,
+        (Some(None), _) => Deadline::Never,
         (Some(Some(d)), _) => Deadline::At(started + d),
-        (None, true) | (Some(None), true) => Deadline::At(started + STAY_AT_MOST),
+        (None, true) => Deadline::At(started + STAY_AT_MOST),
     };
     match b.await_broken(&cfg.key, &broken, deadline) {
         Ok(true) => {

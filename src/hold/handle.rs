@@ -112,7 +112,7 @@ fn bind(path: &Path) -> anyhow::Result<UnixListener> {
 }
 
 /// How often a holder looks whether its socket is still there.
-pub(crate) const SOCKET_CHECK: Duration = Duration::from_secs(5);
+pub(crate) const SOCKET_CHECK: Duration = Duration::from_secs(1);
 
 /// A new listener when the socket at `path` is gone (a cleaner such as systemd-tmpfiles or
 /// logind removed it, or its whole directory), so that `release` still reaches the holder;

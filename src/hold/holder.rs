@@ -460,9 +460,13 @@ impl Holding<'_> {
                                 .as_ref()
                                 .map(Stopping::why_alive)
                                 .unwrap_or_default();
-                            s.reply.message.push_str(&format!(
-                                "; {why}: the lock is kept until they are gone"
-                            ));
+                            let then = if s.lost {
+                                "it goes on being killed, but the lock is lost: another \
+                                 holder may start beside it"
+                            } else {
+                                "the lock is kept until they are gone"
+                            };
+                            s.reply.message.push_str(&format!("; {why}: {then}"));
                             report::error(format_args!("{}", s.reply.message));
                         }
                         wake = Duration::from_secs(1);

@@ -620,7 +620,7 @@ fn acquire_refuses_a_conflict_code_of_0() {
 #[test]
 fn a_failing_acquire_ends_the_eval_whatever_its_arguments() {
     let script = |args: &str| {
-        let out = std::process::Command::new("bash")
+        let out = Command::new("bash")
             .args([
                 "-c",
                 &format!("set -e; eval \"$({DLOCK} acquire -k x {args})\"; echo UNLOCKED"),

@@ -50,8 +50,9 @@ pub(crate) fn break_stops_the_holder_with_79(b: &TestBackend) {
     let (out, _) = p.wait(Duration::from_secs(5));
     assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
     assert!(one_error_line(&out).contains("lost"), "{}", describe(&out));
+    // The notice, the 1 s grace, and room for a busy machine.
     assert!(
-        took < b.notice + Duration::from_secs(2),
+        took < b.notice + Duration::from_secs(4),
         "stopped after {took:?}"
     );
     let out = run_ok(b.cmd("break").args(["-k", &key]));

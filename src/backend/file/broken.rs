@@ -19,14 +19,23 @@ pub(super) fn path_of(lock: &Path) -> PathBuf {
 }
 
 /// The largest token broken at `lock`, if a mark is there. Anything that is not a small
-/// decimal number (a mark another user planted or truncated) counts as no mark.
+/// decimal number counts as no mark, and so does a mark of a user other than this one, root or
+/// the lock file's owner: in a shared (1777) directory another user could otherwise plant a
+/// mark with the largest token, which no later holder could remove (the sticky bit), and so
+/// break every run of the key for good.
 pub(super) fn read(lock: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
     let mut file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path_of(lock))
         .ok()?;
-    if !file.metadata().ok()?.file_type().is_file() {
+    let meta = file.metadata().ok()?;
+    if !meta.file_type().is_file() {
+        return None;
+    }
+    let lock_owner = std::fs::symlink_metadata(lock).ok().map(|m| m.uid());
+    if meta.uid() != crate::sys::euid() && meta.uid() != 0 && Some(meta.uid()) != lock_owner {
         return None;
     }
     let mut text = String::new();

@@ -132,9 +132,10 @@ impl FileBackend {
             });
             data.sharers.clear();
             data.limit = None;
-            write_data(&file, &data).with_context(|| format!("cannot write {}", path.display()))?;
-            // Everyone a break marked has let go of the flock we now hold.
+            // Everyone a break marked has let go of the flock we now hold. Cleared before our
+            // record is written: a break that sees our token writes its mark after this.
             broken::clear(&path);
+            write_data(&file, &data).with_context(|| format!("cannot write {}", path.display()))?;
             return Ok(Box::new(FileLease {
                 grant: Grant {
                     fence: data.fence,
@@ -389,6 +390,8 @@ impl Backend for FileBackend {
         }
         let path = self.path(key);
         if how == BreakHow::Force {
+            // A mark of an earlier break goes too: the new lock file's counter starts afresh.
+            broken::clear(&path);
             match std::fs::remove_file(&path) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
                     return Err(e).with_context(|| format!("cannot remove {}", path.display()));

@@ -8,7 +8,10 @@
 //!
 //! A connection id is never reused while the server runs, so a mark can only ever stop the
 //! holder it was taken for (a later holder of the key has another connection), and it goes with
-//! break's connection (or with the server: then the lock went too).
+//! break's connection (or with the server: then the lock went too). Behind a proxy that hands
+//! one server connection to several clients (ProxySQL's multiplexing), a later client on the
+//! same connection within break's 200 ms look could see the mark: it would stop, never run
+//! beside anyone.
 
 use std::cell::RefCell;
 use std::rc::Rc;

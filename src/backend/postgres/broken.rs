@@ -9,9 +9,11 @@
 //! queue, get the lock then.
 //!
 //! A backend pid could be reused by a later session only after the broken holder's session has
-//! ended; break lets its marks go as soon as it sees the holders gone (it polls every 200 ms),
-//! so a later holder with the same pid in that instant is the one thing a mark could touch
-//! wrongly — and it would stop, not run beside anyone.
+//! ended — or, behind a session pooler, by the next client the same server session is handed
+//! to. break lets its marks go as soon as it sees the holders gone (it polls every 200 ms; a
+//! holder on the same session with another dlock record counts as gone), so a later holder on
+//! that pid within that instant is the one thing a mark could touch wrongly — and it would stop,
+//! never run beside anyone.
 
 use std::rc::Rc;
 use std::time::Duration;

@@ -630,6 +630,10 @@ impl Backend for RedisBackend {
         let left: i64 = break_script(&keys)
             .invoke(&mut con)
             .map_err(|e| self.fail(e))?;
+        if left <= 0 && !self.status(key)?.held {
+            // Let go between the status and the script: nothing to break.
+            return Ok(Broken::now(status));
+        }
         broken_by_tombstones(status, left)
     }
 }
@@ -647,8 +651,8 @@ pub(in crate::backend) fn broken_by_tombstones(
         // Held with no lease (a client that is not dlock set the key without an expiry):
         // nothing was changed, and nothing would ever tell that holder to stop.
         anyhow::bail!(
-            "{} is held with no lease, so not by dlock: it cannot be told to stop; --force \
-             removes it (unsafe)",
+            "{} is held by a client that is not dlock (no lease, or no dlock record): it \
+             cannot be told to stop; --force removes it (unsafe)",
             status.server_name.as_deref().unwrap_or("the key")
         );
     }

@@ -9,7 +9,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local left = 0
 local tok = redis.call('GET', KEYS[1])
-if tok then
+-- Only a dlock holder's key (dlock writes its owner hash in the same script): another client's
+-- lock is left alone, and with no lease left reported as not dlock's.
+if tok and redis.call('EXISTS', KEYS[2]) == 1 then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl > 0 then
     if string.sub(tok, 1, 7) ~= 'broken:' then
