@@ -426,13 +426,7 @@ fn release_refuses_bad_handles() {
 /// Another user (`nobody`) can neither release a lock through its handle nor reach its holder.
 #[test]
 fn another_user_cannot_release_the_lock() {
-    // SAFETY: geteuid takes nothing.
-    if unsafe { libc::geteuid() } != 0 {
-        assert!(
-            std::env::var_os("DLOCK_TEST_REQUIRE_BACKENDS").is_none(),
-            "this test needs root, to run a command as nobody"
-        );
-        eprintln!("skipped: needs root");
+    if !as_root_for_nobody() {
         return;
     }
     let b = TestBackend::file();
@@ -478,13 +472,7 @@ fn acquire_refuses_bad_owners() {
 /// every acquire of that uid failed ("refusing /tmp/dlock-…: not a directory of uid …").
 #[test]
 fn a_squatted_handle_directory_does_not_stop_acquire_or_release() {
-    // SAFETY: geteuid takes nothing.
-    if unsafe { libc::geteuid() } != 0 {
-        assert!(
-            std::env::var_os("DLOCK_TEST_REQUIRE_BACKENDS").is_none(),
-            "this test needs root, to run a command as nobody"
-        );
-        eprintln!("skipped: needs root");
+    if !as_root_for_nobody() {
         return;
     }
     use std::os::unix::fs::PermissionsExt;

@@ -265,3 +265,42 @@ fn redis_break_refuses_a_key_set_by_another_client() {
     foreign_holder_is_refused_then_forced(&b, &key, || cli(&["GET", &name]) == "their-token");
     assert!(b.is_free(&key));
 }
+
+/// Another client breaks a dlock holder the way docs/backends.md says: `client` is given the
+/// holder's session as `status` names it and returns the command that takes the mark and keeps
+/// it. `status` shows the holder broken while it still holds (its dlock is stopped meanwhile, so
+/// the mark alone shows); at its next renewal it stops its command (79), and only then lets go.
+/// `b.ttl` should be long (6 s): the stop stays far from the lease's deadline.
+pub(crate) fn a_client_break_stops_the_holder(
+    b: &TestBackend,
+    key: &str,
+    client: impl FnOnce(&str) -> std::process::Command,
+) {
+    let (holder, child) = b.hold(key, &[]);
+    let s = b.status(key);
+    let session = s["holders"][0]["session"].as_str().unwrap().to_string();
+    holder.signal(libc::SIGSTOP);
+    let app = Proc::spawn(&mut client(&session));
+    wait_until(
+        Duration::from_secs(10),
+        "status to show the holder broken",
+        || b.status(key)["holders"][0]["broken"] == true,
+    );
+    assert!(alive(child));
+    holder.signal(libc::SIGCONT);
+    let (out, _) = holder.wait(b.ttl / 3 + Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    // (A young server's hold-back may have said a line before.)
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines()
+            .last()
+            .unwrap_or_default()
+            .contains("dlock break told it to stop"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!alive(child));
+    assert!(b.is_free(key));
+    drop(app);
+}

@@ -412,40 +412,15 @@ fn a_break_by_psql_stops_the_holder_as_dlock_break_does() {
         ..TestBackend::postgres(&p.url())
     };
     let key = unique_key("psql-break");
-    let (holder, child) = b.hold(&key, &[]);
-    let s = b.status(&key);
-    let session = s["holders"][0]["session"].as_str().unwrap().to_string();
-    let pid = session.strip_prefix("backend pid ").unwrap();
-    // While its dlock is stopped the holder cannot check: what status shows is the mark alone.
-    holder.signal(libc::SIGSTOP);
-    let mut psql = p.psql();
-    psql.args([
-        "-c",
-        &format!("SELECT pg_advisory_lock(1684826978, {pid})"),
-        "-c",
-        "SELECT pg_sleep(60)",
-    ]);
-    let app = Proc::spawn(&mut psql);
-    wait_until(
-        Duration::from_secs(10),
-        "status to show the holder broken",
-        || b.status(&key)["holders"][0]["broken"] == true,
-    );
-    assert!(alive(child));
-    holder.signal(libc::SIGCONT);
-    let (out, _) = holder.wait(b.ttl / 3 + Duration::from_secs(5));
-    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
-    // (A young server's hold-back may have said a line before.)
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.lines()
-            .last()
-            .unwrap_or_default()
-            .contains("dlock break told it to stop"),
-        "{}",
-        describe(&out)
-    );
-    assert!(!alive(child));
-    assert!(b.is_free(&key));
-    drop(app);
+    crate::breaking::a_client_break_stops_the_holder(&b, &key, |session| {
+        let pid = session.strip_prefix("backend pid ").unwrap().to_string();
+        let mut psql = p.psql();
+        psql.args([
+            "-c",
+            &format!("SELECT pg_advisory_lock(1684826978, {pid})"),
+            "-c",
+            "SELECT pg_sleep(60)",
+        ]);
+        psql
+    });
 }

@@ -57,13 +57,7 @@ impl Drop for KillOnDrop {
 /// process still running. Needs root (to act as `nobody`, and a setuid-root program).
 #[test]
 fn the_holder_keeps_the_lock_while_a_process_it_cannot_kill_lives() {
-    // SAFETY: geteuid takes nothing.
-    if unsafe { libc::geteuid() } != 0 {
-        assert!(
-            std::env::var_os("DLOCK_TEST_REQUIRE_BACKENDS").is_none(),
-            "this test needs root, to run a command as nobody"
-        );
-        eprintln!("skipped: needs root");
+    if !as_root_for_nobody() {
         return;
     }
     let dir = PathBuf::from(format!("/tmp/dlock-unkillable-{}", std::process::id()));
@@ -140,13 +134,7 @@ fn the_holder_keeps_the_lock_while_a_process_it_cannot_kill_lives() {
 /// sleep?" and abandoned the lock, so a lease ran out while the root process ran.
 #[test]
 fn run_keeps_the_lock_while_a_process_it_cannot_kill_lives() {
-    // SAFETY: geteuid takes nothing.
-    if unsafe { libc::geteuid() } != 0 {
-        assert!(
-            std::env::var_os("DLOCK_TEST_REQUIRE_BACKENDS").is_none(),
-            "this test needs root, to run a command as nobody"
-        );
-        eprintln!("skipped: needs root");
+    if !as_root_for_nobody() {
         return;
     }
     let Some(url) = crate::servers::shared_redis() else {

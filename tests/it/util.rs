@@ -590,3 +590,18 @@ pub(crate) fn ended_session_is_noticed(b: &TestBackend, key: &str, end: impl FnO
     );
     assert!(!alive(child));
 }
+
+/// Whether this test may act as a second user (`nobody`): it runs as root. Without root it is
+/// skipped — except where every backend is required (CI), where that is a failure.
+pub(crate) fn as_root_for_nobody() -> bool {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        std::env::var_os("DLOCK_TEST_REQUIRE_BACKENDS").is_none(),
+        "this test needs root, to run a command as nobody"
+    );
+    eprintln!("skipped: needs root");
+    false
+}
