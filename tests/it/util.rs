@@ -203,6 +203,9 @@ impl TestBackend {
             "echo \"$$ $DLOCK_FENCING_TOKEN\" > {}; read _x || true",
             marker.display()
         );
+        // A marker left by an earlier holder would make this return before this one holds
+        // (etcd.rs reused one across modes, and etcdctl got the lock first now and then).
+        let _ = std::fs::remove_file(marker);
         let p = Proc::spawn(&mut self.run(key, extra, &sh(&script)));
         // A young server holds the first lock of a key back (`backend::hold_back_until`).
         wait_for_file(marker, self.ttl + Duration::from_secs(10));
