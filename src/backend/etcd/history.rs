@@ -92,6 +92,19 @@ impl Place {
         ]})
     }
 
+    /// The operations that add the start `body` and count the events, for the lock's own
+    /// transaction ([`crate::history::Opening`]): the start has no token, and its create
+    /// revision, the lock key's, is it ([`Place::read`] adds it).
+    pub(super) fn start_ops(&self, body: &[u8]) -> [Value; 2] {
+        [self.put_event(body), self.count()]
+    }
+
+    /// After a start recorded in the lock's transaction that counted `count` events: prunes
+    /// the oldest if there are too many.
+    pub(super) fn after_start(&self, c: &mut Client, fail: Fail<'_>, count: i64) {
+        self.prune_past(c, fail, count);
+    }
+
     /// The operation that counts the stored events (and keys deeper down, which nobody makes).
     fn count(&self) -> Value {
         json!({ "request_range": {
@@ -272,6 +285,10 @@ impl Place {
             .map(|kv| {
                 let mut body = kv.value;
                 body.truncate(MAX_BODY);
+                // A start written in the lock's own transaction: its revision is the token.
+                if let Ok(token) = u64::try_from(kv.create_revision) {
+                    body = crate::history::add_token(body, token);
+                }
                 Stored { at_ms: None, body }
             })
             .collect())

@@ -221,9 +221,19 @@ impl Backend for EtcdBackend {
         }
         // From here on, every way out that is not a held lock revokes the lease, which deletes
         // the own key.
-        let result = self.queue(&mut c, req, &prefix, lease, sent);
+        let started = match req.start.filter(|_| req.mode == Mode::Exclusive) {
+            Some(start) => self.alone(&mut c, req, &prefix, lease, start),
+            None => Ok(None),
+        };
+        let result = match started {
+            Ok(Some((rev, key, count))) => Ok((rev, key, sent, Some(count))),
+            Ok(None) => self
+                .queue(&mut c, req, &prefix, lease, sent)
+                .map(|(rev, key, sent)| (rev, key, sent, None)),
+            Err(e) => Err(e),
+        };
         match result {
-            Ok((rev, key, sent)) => Ok(Box::new(EtcdLease {
+            Ok((rev, key, sent, started)) => Ok(Box::new(EtcdLease {
                 client: c,
                 lease,
                 key,
@@ -233,6 +243,7 @@ impl Backend for EtcdBackend {
                 addr: self.addr.clone(),
                 history: (req.mode == Mode::Exclusive).then(|| history::Place::of(req.key)),
                 broken: false,
+                started,
             })),
             Err(e) => {
                 // After a signal: quickly, and not ended by the signal itself (its wait took
@@ -338,6 +349,45 @@ impl Backend for EtcdBackend {
 }
 
 impl EtcdBackend {
+    /// The lock and the run's start in one transaction, when nobody else is in the key's queue
+    /// (no key under `prefix`: etcd compares every key of a range, and none passes): the own
+    /// key, the start event and the count of the key's events. `None`: someone is (or was)
+    /// there, nothing was written, [`EtcdBackend::queue`] takes its turn. Else the create
+    /// revision, the own key and the count of events.
+    fn alone(
+        &self,
+        c: &mut Client,
+        req: &Request<'_>,
+        prefix: &[u8],
+        lease: i64,
+        start: &crate::history::Opening,
+    ) -> anyhow::Result<Option<(i64, Vec<u8>, i64)>> {
+        let mut own = prefix.to_vec();
+        own.extend_from_slice(format!("{lease:x}").as_bytes());
+        let record = serde_json::to_vec(req.holder)?;
+        let [event, count] = history::Place::of(req.key).start_ops(start.body());
+        let txn = json!({
+            "compare": [{
+                "key": b64(prefix), "range_end": b64(&prefix_end(prefix)),
+                "target": "CREATE", "result": "EQUAL", "create_revision": "0"
+            }],
+            "success": [
+                { "request_put": {
+                    "key": b64(&own), "value": b64(&record), "lease": lease.to_string()
+                }},
+                event,
+                count,
+            ],
+        });
+        let r = c.call("/v3/kv/txn", &txn).map_err(|e| self.fail(e))?;
+        let r: reply::Txn = decode(&r, "transaction").map_err(|e| self.bad_reply(e))?;
+        if !r.succeeded {
+            return Ok(None);
+        }
+        let count = r.range(2).map_or(0, |r| r.count);
+        Ok(Some((r.header.revision, own, count)))
+    }
+
     /// Creates the own key and waits for its turn, keeping the lease (granted when `granted`
     /// was sent) alive meanwhile; the key's create revision and name, and when the last
     /// keep-alive was sent (the lease counts from there).
@@ -525,6 +575,8 @@ struct EtcdLease {
     history: Option<history::Place>,
     /// Whether a safe break made our key its tombstone (seen by [`Lease::renew`]).
     broken: bool,
+    /// The run's start went in the lock's own transaction, which counted this many events.
+    started: Option<i64>,
 }
 
 impl Lease for EtcdLease {
@@ -608,6 +660,10 @@ impl Lease for EtcdLease {
             return Ok(crate::history::Begun::NotKept);
         };
         let fail = |e| anyhow::anyhow!("etcd {}: {e}", self.addr);
+        if let Some(count) = self.started.take().filter(|_| once_per.is_none()) {
+            place.after_start(&mut self.client, &fail, count);
+            return Ok(crate::history::Begun::Started);
+        }
         place.begin(&mut self.client, &fail, start, once_per)
     }
 

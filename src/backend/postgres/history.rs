@@ -153,6 +153,45 @@ async fn create_then(client: &Client, sql: &str, params: &[Param<'_>]) -> Result
     run(client, sql, params).await
 }
 
+/// The common table expressions that add the run's start to the holder record's statement
+/// (`f`: the fence; `$1` the key, `$3` the start without its token, [`Opening`]), where
+/// `ours` holds: the insert, its token spliced in on the server, and the prune to the newest
+/// [`MAX_EVENTS`] (as [`PgLease::begin_history`] does, without `--once-per`).
+///
+/// [`Opening`]: crate::history::Opening
+pub(super) fn start_ctes(ours: &str) -> String {
+    format!(
+        ", s AS (INSERT INTO dlock_runs (key, kind, at, body) \
+           SELECT $1, 'start', now(), left($3, -1) || ',\"token\":' || f.fence::text || '}}' \
+           FROM f WHERE {ours} RETURNING id), \
+         p AS (DELETE FROM dlock_runs WHERE key = $1 AND EXISTS (SELECT 1 FROM s) \
+           AND id < (SELECT id FROM dlock_runs WHERE key = $1 \
+             ORDER BY id DESC OFFSET {} LIMIT 1))",
+        MAX_EVENTS - 2
+    )
+}
+
+/// The holder record's statement with the run's start in it ([`start_ctes`]), with
+/// `lock_timeout` at [`LOCK_PATIENCE`] and reset after, pipelined (one round trip, as
+/// [`bounded`]). The table is not created here: a server's error (`Err(None)`) falls back to
+/// the record alone; no answer or a broken connection is `Err(Some(why))`.
+pub(super) async fn bounded_record(
+    client: &Client,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<Rows, Option<String>> {
+    let set = client.batch_execute(LOCK_PATIENCE);
+    let rows = run(client, sql, params);
+    let reset = client.batch_execute(LOCK_RESET);
+    let (set, rows, _) = tokio::join!(set, rows, reset);
+    match (set, rows) {
+        (Ok(()), Ok(rows)) => Ok(rows),
+        (_, Err(f @ Fail::Timeout)) => Err(Some(f.text())),
+        (_, Err(Fail::Pg(e))) | (Err(e), _) if e.as_db_error().is_none() => Err(Some(db_text(&e))),
+        _ => Err(None),
+    }
+}
+
 /// SQL: adds the end event ($1 key, $2 body).
 const INSERT_END: &str =
     "INSERT INTO dlock_runs (key, kind, at, body) VALUES ($1, 'end', now(), $2)";
@@ -167,6 +206,11 @@ impl PgLease {
         start: &[u8],
         once_per: Option<Duration>,
     ) -> anyhow::Result<Begun> {
+        if self.started && once_per.is_none() && self.history.is_some() {
+            // Recorded with the holder record.
+            self.started = false;
+            return Ok(Begun::Started);
+        }
         let (Some(key), Some(s)) = (&self.history, &self.session) else {
             return match self.history {
                 None => Ok(Begun::NotKept),
