@@ -260,7 +260,14 @@ fn run(run: &RunConfig) -> u8 {
                     ..history::Ending::default()
                 };
                 let log = history::RunLog::opened(o, &cfg.keys);
-                release_run(name, &keys_text, lease, backend.as_ref(), Some(&log), ending);
+                release_run(
+                    name,
+                    &keys_text,
+                    lease,
+                    backend.as_ref(),
+                    Some(&log),
+                    ending,
+                );
             }
             None => release(name, &keys_text, lease),
         }

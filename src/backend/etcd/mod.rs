@@ -668,15 +668,17 @@ impl Lease for EtcdLease {
     }
 
     /// One transaction deletes the own key (the lock is free: the next waiter proceeds) and
-    /// adds the end; the lease is revoked after it, best effort (it holds nothing now).
+    /// adds the end. The lease, which holds nothing now, is left to run out (its TTL): a revoke
+    /// would be a second fsynced write on the way out, which a run without history does not
+    /// make either (its revoke is its release). A broken lease is cleared as
+    /// [`Lease::release`] clears it.
     fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
         let Some(txn) = self.history.as_ref().map(|h| h.release_txn(&self.key, end)) else {
             return self.release().map(|()| false);
         };
-        if self.client.call("/v3/kv/txn", &txn).is_err() {
+        if self.broken || self.client.call("/v3/kv/txn", &txn).is_err() {
             return self.release().map(|()| false);
         }
-        let _ = revoke_lease(&mut self.client, self.lease);
         Ok(true)
     }
 }

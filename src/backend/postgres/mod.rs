@@ -329,9 +329,10 @@ impl PgBackend {
                 Ok(rows) => rows,
                 Err(None) => return Err(Folded.into()),
                 Err(Some(why)) => {
-                    return Err(self
-                        .reach
-                        .transport_error(format!("{}: cannot record the holder: {why}", self.addr())));
+                    return Err(self.reach.transport_error(format!(
+                        "{}: cannot record the holder: {why}",
+                        self.addr()
+                    )));
                 }
             };
             return self.recorded(s, rows).await;
@@ -586,7 +587,10 @@ impl Backend for PgBackend {
             let sent = BootInstant::now();
             let start = req.start.filter(|_| req.mode == Mode::Exclusive);
             let ((fence, uptime, others), started) = match start {
-                Some(o) => self.record_starting(&s, req.key, held, req.holder, o).await?,
+                Some(o) => {
+                    self.record_starting(&s, req.key, held, req.holder, o)
+                        .await?
+                }
                 None => (self.record(&s, req.key, held, req.holder).await?, false),
             };
             // Holders of the key in another mode (or another --limit) are a usage error.
