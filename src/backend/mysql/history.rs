@@ -205,14 +205,17 @@ pub(super) fn record_starting(
              CONCAT(CONVERT(X'{b}' USING utf8mb4), ',\"token\":', @dlock_fence, '}}') \
            FROM DUAL WHERE @dlock_other IS NULL; \
          SET @dlock_started = ROW_COUNT(); \
-         DELETE FROM dlock_runs WHERE @dlock_started > 0 AND {of_key} AND id < (SELECT id FROM \
-           (SELECT id FROM dlock_runs WHERE {of_key} ORDER BY id DESC LIMIT 1 OFFSET {most}) AS cut); \
-         COMMIT; \
+         {prune}COMMIT; \
          SELECT @dlock_fence, @dlock_other, {uptime}, @dlock_started",
         n = hex(name),
         m = hex(&meta),
         b = hex_bytes(head),
-        most = MAX_EVENTS - 1,
+        prune = format!(
+            "DELETE FROM dlock_runs WHERE @dlock_started > 0 AND {of_key} AND id < (SELECT id \
+             FROM (SELECT id FROM dlock_runs WHERE {of_key} ORDER BY id DESC LIMIT 1 \
+             OFFSET {}) AS cut); ",
+            MAX_EVENTS - 1
+        ),
         uptime = super::UPTIME,
     );
     match last_row::<(u64, Option<Vec<u8>>, i64, i64)>(con, &sql) {
