@@ -381,7 +381,13 @@ impl EtcdBackend {
         });
         let r = c.call("/v3/kv/txn", &txn).map_err(|e| self.fail(e))?;
         let r: reply::Txn = decode(&r, "transaction").map_err(|e| self.bad_reply(e))?;
-        if !r.succeeded {
+        // A success must answer the three operations (two puts, then the count): anything else
+        // is not etcd's answer to this transaction, and the run queues as usual (whose
+        // transaction finds the own key if it was made).
+        let shaped = r.responses.len() == 3
+            && r.responses[..2].iter().all(|op| op.response_range.is_none())
+            && r.range(2).is_ok();
+        if !r.succeeded || !shaped {
             return Ok(None);
         }
         let count = r.range(2).map_or(0, |r| r.count);
