@@ -84,12 +84,20 @@ impl Place {
         json!({ "request_put": { "key": b64(&self.event_key(body)), "value": b64(body) } })
     }
 
-    /// The transaction that deletes the lock key `own` and adds the end `body`.
-    pub(super) fn release_txn(&self, own: &[u8], body: &[u8]) -> Value {
-        json!({ "success": [
-            { "request_delete_range": { "key": b64(own) } },
+    /// The transaction that deletes the lock key `own`, adds the end `body` and deletes the
+    /// events `past` (at most [`MAX_PRUNE`]: etcd takes 128 operations in one).
+    pub(super) fn release_txn(&self, own: &[u8], body: &[u8], past: &[Vec<u8>]) -> Value {
+        let mut ops = vec![
+            json!({ "request_delete_range": { "key": b64(own) } }),
             self.put_event(body),
-        ]})
+        ];
+        ops.extend(
+            past.iter()
+                .take(MAX_PRUNE)
+                .filter(|k| is_event(&self.prefix, k))
+                .map(|k| json!({ "request_delete_range": { "key": b64(k) } })),
+        );
+        json!({ "success": ops })
     }
 
     /// The operations that add the start `body` and count the events, for the lock's own
@@ -99,10 +107,18 @@ impl Place {
         [self.put_event(body), self.count()]
     }
 
-    /// After a start recorded in the lock's transaction that counted `count` events: prunes
-    /// the oldest if there are too many.
-    pub(super) fn after_start(&self, c: &mut Client, fail: Fail<'_>, count: i64) {
-        self.prune_past(c, fail, count);
+    /// After a start recorded in the lock's transaction that counted `count` events: the keys
+    /// of the oldest, if there are too many, for the release's transaction to delete
+    /// ([`Place::release_txn`]: no write of their own). Best effort: none on a failed read.
+    pub(super) fn past(&self, c: &mut Client, fail: Fail<'_>, count: i64) -> Vec<Vec<u8>> {
+        let count = usize::try_from(count).unwrap_or(0);
+        if count <= MAX_EVENTS + SLACK {
+            return Vec::new();
+        }
+        let n = (count - MAX_EVENTS).min(MAX_PRUNE);
+        self.range(c, fail, "ASCEND", n, true)
+            .map(|kvs| kvs.into_iter().map(|kv| kv.key).collect())
+            .unwrap_or_default()
     }
 
     /// The operation that counts the stored events (and keys deeper down, which nobody makes).

@@ -244,6 +244,7 @@ impl Backend for EtcdBackend {
                 history: (req.mode == Mode::Exclusive).then(|| history::Place::of(req.key)),
                 broken: false,
                 started,
+                past: Vec::new(),
             })),
             Err(e) => {
                 // After a signal: quickly, and not ended by the signal itself (its wait took
@@ -583,6 +584,8 @@ struct EtcdLease {
     broken: bool,
     /// The run's start went in the lock's own transaction, which counted this many events.
     started: Option<i64>,
+    /// The oldest events, for the release's transaction to delete (a history over its bound).
+    past: Vec<Vec<u8>>,
 }
 
 impl Lease for EtcdLease {
@@ -667,7 +670,7 @@ impl Lease for EtcdLease {
         };
         let fail = |e| anyhow::anyhow!("etcd {}: {e}", self.addr);
         if let Some(count) = self.started.take().filter(|_| once_per.is_none()) {
-            place.after_start(&mut self.client, &fail, count);
+            self.past = place.past(&mut self.client, &fail, count);
             return Ok(crate::history::Begun::Started);
         }
         place.begin(&mut self.client, &fail, start, once_per)
@@ -679,7 +682,11 @@ impl Lease for EtcdLease {
     /// make either (its revoke is its release). A broken lease is cleared as
     /// [`Lease::release`] clears it.
     fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
-        let Some(txn) = self.history.as_ref().map(|h| h.release_txn(&self.key, end)) else {
+        let txn = self
+            .history
+            .as_ref()
+            .map(|h| h.release_txn(&self.key, end, &self.past));
+        let Some(txn) = txn else {
             return self.release().map(|()| false);
         };
         if self.broken || self.client.call("/v3/kv/txn", &txn).is_err() {
