@@ -386,7 +386,9 @@ impl EtcdBackend {
         // is not etcd's answer to this transaction, and the run queues as usual (whose
         // transaction finds the own key if it was made).
         let shaped = r.responses.len() == 3
-            && r.responses[..2].iter().all(|op| op.response_range.is_none())
+            && r.responses[..2]
+                .iter()
+                .all(|op| op.response_range.is_none())
             && r.range(2).is_ok();
         if !r.succeeded || !shaped {
             return Ok(None);

@@ -192,6 +192,12 @@ pub(super) fn record_starting(
         key.as_str().len()
     );
     let table = super::TABLE;
+    let prune = format!(
+        "DELETE FROM dlock_runs WHERE @dlock_started > 0 AND {of_key} AND id < (SELECT id \
+         FROM (SELECT id FROM dlock_runs WHERE {of_key} ORDER BY id DESC LIMIT 1 \
+         OFFSET {}) AS cut); ",
+        MAX_EVENTS - 1
+    );
     let sql = format!(
         "BEGIN; \
          INSERT INTO {table} (name, fence, holder, connection_id) \
@@ -210,12 +216,6 @@ pub(super) fn record_starting(
         n = hex(name),
         m = hex(&meta),
         b = hex_bytes(head),
-        prune = format!(
-            "DELETE FROM dlock_runs WHERE @dlock_started > 0 AND {of_key} AND id < (SELECT id \
-             FROM (SELECT id FROM dlock_runs WHERE {of_key} ORDER BY id DESC LIMIT 1 \
-             OFFSET {}) AS cut); ",
-            MAX_EVENTS - 1
-        ),
         uptime = super::UPTIME,
     );
     match last_row::<(u64, Option<Vec<u8>>, i64, i64)>(con, &sql) {
