@@ -292,3 +292,47 @@ pub(crate) fn now_ms() -> u64 {
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(command: &str) -> Record {
+        Record {
+            host: Some("h".into()),
+            pid: Some(7),
+            command: Some(command.into()),
+            ..Record::default()
+        }
+    }
+
+    #[test]
+    fn an_opening_takes_its_token_where_it_is_recorded() {
+        let o = Opening::new(&holder("make all"));
+        let read = |b: &[u8]| {
+            Event::read(&Stored {
+                at_ms: None,
+                body: b.to_vec(),
+            })
+        };
+        let bare = read(o.body()).expect("a start without its token reads");
+        assert_eq!((bare.ev.as_str(), bare.token), ("start", None));
+        let with = read(&o.with_token(Some(u64::MAX))).expect("with its token");
+        assert_eq!((with.run, with.token), (bare.run.clone(), Some(u64::MAX)));
+        assert_eq!(o.with_token(None), o.body());
+        // A reader's splice (etcd, ZooKeeper): only into a start that has no token.
+        let added = read(&add_token(o.body().to_vec(), 42)).unwrap();
+        assert_eq!(added.token, Some(42));
+        let kept = o.with_token(Some(5));
+        assert_eq!(add_token(kept.clone(), 42), kept);
+        let end = serde_json::to_vec(&Event::end("r", Ending::default())).unwrap();
+        assert_eq!(add_token(end.clone(), 42), end);
+        assert_eq!(add_token(b"junk".to_vec(), 42), b"junk");
+    }
+
+    #[test]
+    fn an_opening_keeps_room_for_its_token() {
+        let o = Opening::new(&holder(&"\u{1}".repeat(5000)));
+        assert!(o.with_token(Some(u64::MAX)).len() <= MAX_EVENT_BYTES);
+    }
+}
