@@ -325,6 +325,55 @@ impl Place {
     }
 }
 
+impl super::EtcdBackend {
+    /// The lock and the run's start in one transaction, when nobody else is in the key's queue
+    /// (no key under `prefix`: etcd compares every key of a range, and none passes): the own
+    /// key, the start event and the count of the key's events. `None`: someone is (or was)
+    /// there, nothing was written, [`EtcdBackend::queue`] takes its turn. Else the create
+    /// revision, the own key and the count of events.
+    pub(super) fn alone(
+        &self,
+        c: &mut Client,
+        req: &crate::backend::Request<'_>,
+        prefix: &[u8],
+        lease: i64,
+        start: &crate::history::Opening,
+    ) -> anyhow::Result<Option<(i64, Vec<u8>, i64)>> {
+        let mut own = prefix.to_vec();
+        own.extend_from_slice(format!("{lease:x}").as_bytes());
+        let record = serde_json::to_vec(req.holder)?;
+        let [event, count] = Place::of(req.key).start_ops(start.body());
+        let txn = json!({
+            "compare": [{
+                "key": b64(prefix), "range_end": b64(&prefix_end(prefix)),
+                "target": "CREATE", "result": "EQUAL", "create_revision": "0"
+            }],
+            "success": [
+                { "request_put": {
+                    "key": b64(&own), "value": b64(&record), "lease": lease.to_string()
+                }},
+                event,
+                count,
+            ],
+        });
+        let r = c.call("/v3/kv/txn", &txn).map_err(|e| self.fail(e))?;
+        let r: reply::Txn = decode(&r, "transaction").map_err(|e| self.bad_reply(e))?;
+        // A success must answer the three operations (two puts, then the count): anything else
+        // is not etcd's answer to this transaction, and the run queues as usual (whose
+        // transaction finds the own key if it was made).
+        let shaped = r.responses.len() == 3
+            && r.responses[..2]
+                .iter()
+                .all(|op| op.response_range.is_none())
+            && r.range(2).is_ok();
+        if !r.succeeded || !shaped {
+            return Ok(None);
+        }
+        let count = r.range(2).map_or(0, |r| r.count);
+        Ok(Some((r.header.revision, own, count)))
+    }
+}
+
 /// Whether `key` is an event of the history `prefix`: `<prefix><anything without '/'>`.
 pub(super) fn is_event(prefix: &[u8], key: &[u8]) -> bool {
     key.strip_prefix(prefix)

@@ -320,7 +320,38 @@ impl PgLease {
     }
 }
 
+/// The statement that also records the run's start failed: record without it.
+#[derive(Debug)]
+pub(super) struct Folded;
+
+impl std::fmt::Display for Folded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the run's start could not be recorded with the lock")
+    }
+}
+
+impl std::error::Error for Folded {}
+
 impl PgBackend {
+    /// [`PgBackend::record`], and with `start` the run's start in the same statement
+    /// ([`history::start_ctes`]). A failure of that statement (the history table missing, no
+    /// right to write it, a lock on it) falls back to [`PgBackend::record`] alone; the lease's
+    /// `begin_run` writes the start then, as it would have.
+    pub(super) async fn record_starting(
+        &self,
+        s: &super::Session,
+        key: &Key,
+        held: i64,
+        holder: &crate::model::Record,
+        start: &crate::history::Opening,
+    ) -> anyhow::Result<((u64, u64, Vec<(i32, crate::model::Holder)>), bool)> {
+        match self.record_with(s, key, held, holder, Some(start)).await {
+            Ok(r) => Ok((r, true)),
+            Err(e) if e.is::<Folded>() => Ok((self.record(s, key, held, holder).await?, false)),
+            Err(e) => Err(e),
+        }
+    }
+
     fn history_error(&self, doing: &str, f: Fail) -> anyhow::Error {
         match f {
             Fail::Pg(e) => self.fail(doing, e),

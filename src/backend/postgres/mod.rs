@@ -66,18 +66,6 @@ const CREATE_TABLES: &str = "CREATE TABLE IF NOT EXISTS dlock_fences (\
         fence bigint NOT NULL, holder text NOT NULL); \
     CREATE INDEX IF NOT EXISTS dlock_holders_key ON dlock_holders (key)";
 
-/// The statement that also records the run's start failed: record without it.
-#[derive(Debug)]
-struct Folded;
-
-impl std::fmt::Display for Folded {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the run's start could not be recorded with the lock")
-    }
-}
-
-impl std::error::Error for Folded {}
-
 /// SQLSTATE 42P01, as [`db_text`] shows it: dlock's tables do not exist (yet).
 const UNDEFINED_TABLE: &str = "(42P01)";
 
@@ -258,7 +246,7 @@ impl PgBackend {
     /// seconds, and the key's other holder records, live or not (for the mode check, which
     /// asks `pg_locks` only about a record in another mode: [`PgBackend::live`]). Reading
     /// `pg_locks` in every acquisition cost ~1 ms of a new session's cold catalog.
-    async fn record(
+    pub(super) async fn record(
         &self,
         s: &Session,
         key: &Key,
@@ -268,26 +256,7 @@ impl PgBackend {
         self.record_with(s, key, held, holder, None).await
     }
 
-    /// [`PgBackend::record`], and with `start` the run's start in the same statement
-    /// ([`history::start_ctes`]). A failure of that statement (the history table missing, no
-    /// right to write it, a lock on it) falls back to [`PgBackend::record`] alone; the lease's
-    /// `begin_run` writes the start then, as it would have.
-    async fn record_starting(
-        &self,
-        s: &Session,
-        key: &Key,
-        held: i64,
-        holder: &Record,
-        start: &crate::history::Opening,
-    ) -> anyhow::Result<((u64, u64, Vec<(i32, Holder)>), bool)> {
-        match self.record_with(s, key, held, holder, Some(start)).await {
-            Ok(r) => Ok((r, true)),
-            Err(e) if e.is::<Folded>() => Ok((self.record(s, key, held, holder).await?, false)),
-            Err(e) => Err(e),
-        }
-    }
-
-    async fn record_with(
+    pub(super) async fn record_with(
         &self,
         s: &Session,
         key: &Key,
@@ -328,7 +297,7 @@ impl PgBackend {
             params.push((body, Type::TEXT));
             let rows = match history::bounded_record(client, &sql, &params).await {
                 Ok(rows) => rows,
-                Err(None) => return Err(Folded.into()),
+                Err(None) => return Err(history::Folded.into()),
                 Err(Some(why)) => {
                     return Err(self.reach.transport_error(format!(
                         "{}: cannot record the holder: {why}",
