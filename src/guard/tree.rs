@@ -85,6 +85,88 @@ fn scan_proc_for_children(me: i32, sig: i32) {
     raw::close(dir);
 }
 
+/// What a watchdog reads of a process's `/proc/PID/stat`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Stat {
+    /// A zombie (`Z`) or dead (`X`): it runs no more, reaped or not.
+    pub exited: bool,
+    pub pgrp: i32,
+    /// Clock ticks since boot (field 22).
+    pub start: u64,
+}
+
+/// The process `pid`'s stat, if it exists (and /proc is our PID namespace's).
+pub(super) fn stat_of(pid: i32) -> Option<Stat> {
+    if pid <= 0 || !proc_is_ours(raw::getpid()) {
+        return None;
+    }
+    let mut path = Buf::<64>::default();
+    path.push(b"/proc/");
+    path.number(u64::from(pid.unsigned_abs()));
+    path.push(b"/stat");
+    let fd = open(&path, 0)?;
+    let mut stat = [0u8; 1024];
+    let len = raw::read(fd, &mut stat).unwrap_or(0);
+    raw::close(fd);
+    parse_stat(stat.get(..len).unwrap_or_default())
+}
+
+/// Whether a process of group `pgid` runs (a zombie does not count: it runs nothing, though
+/// it keeps the group's id from being reused). Scans `/proc/*/stat`; false if /proc is
+/// another PID namespace's.
+pub(super) fn group_runs(pgid: i32) -> bool {
+    if pgid <= 1 || !proc_is_ours(raw::getpid()) {
+        return false;
+    }
+    let Some(dir) = open(&Buf::of(b"/proc"), libc::O_DIRECTORY) else {
+        return false;
+    };
+    let mut found = false;
+    for_each_entry(dir, |name| {
+        if found {
+            return;
+        }
+        if let Some(pid) = parse_pid(name) {
+            let mut path = Buf::<64>::default();
+            path.push(b"/proc/");
+            path.number(u64::from(pid.unsigned_abs()));
+            path.push(b"/stat");
+            let Some(fd) = open(&path, 0) else { return };
+            let mut stat = [0u8; 1024];
+            let len = raw::read(fd, &mut stat).unwrap_or(0);
+            raw::close(fd);
+            found = parse_stat(stat.get(..len).unwrap_or_default())
+                .is_some_and(|st| st.pgrp == pgid && !st.exited);
+        }
+    });
+    raw::close(dir);
+    found
+}
+
+/// "pid (comm) state ppid pgrp … starttime …", counted from the last ')' (see
+/// [`parent_in_stat`]): state, ppid, pgrp, then starttime 19 fields after the state.
+fn parse_stat(stat: &[u8]) -> Option<Stat> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = stat.get(close.checked_add(1)?..)?;
+    let mut fields = rest.split(|&b| b == b' ').filter(|f| !f.is_empty());
+    let state = fields.next()?;
+    let _ppid = fields.next()?;
+    let pgrp = parse_pid(fields.next()?)?;
+    let start = fields.nth(16)?;
+    if start.is_empty() || start.len() > 19 || !start.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let start = start.iter().fold(0u64, |n, &b| {
+        n.saturating_mul(10)
+            .saturating_add(u64::from(b.wrapping_sub(b'0')))
+    });
+    Some(Stat {
+        exited: matches!(state, b"Z" | b"X"),
+        pgrp,
+        start,
+    })
+}
+
 /// The parent pid in a `/proc/PID/stat` line: "pid (comm) state ppid …", where comm may hold
 /// spaces and parentheses, so the fields are counted from the last ')'.
 fn parent_in_stat(stat: &[u8]) -> Option<i32> {
@@ -176,6 +258,25 @@ mod tests {
         assert_eq!(parse_pid(b"0123"), Some(123));
         assert_eq!(parse_pid(b"12a"), None);
         assert_eq!(parse_pid(b"9999999999"), None);
+    }
+
+    #[test]
+    fn stat_lines_give_state_group_and_start() {
+        let line = b"12 (a) b) S 1 77 77 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 4242 0 0\n";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat {
+                exited: false,
+                pgrp: 77,
+                start: 4242
+            })
+        );
+        let me = stat_of(raw::getpid()).unwrap();
+        assert!(!me.exited && me.start > 0);
+        let pg = crate::sys::own_process_group();
+        assert_eq!(me.pgrp, pg);
+        assert!(group_runs(pg));
+        assert_eq!(parse_stat(b"12 (x) Z 1 2"), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! owner's pidfd and the caller's acknowledgement into events.
 
 use std::io::Read;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
@@ -18,6 +18,7 @@ use std::time::Duration;
 use super::format::Granted;
 use super::handle::{self, Reply};
 use super::owner::{Owner, Stopping};
+use super::watchdog::{Check, Watchdog};
 use crate::clock::BootInstant;
 use crate::config::AcquireConfig;
 use crate::events::{Event, Events, HolderEvent};
@@ -76,6 +77,10 @@ pub(super) fn hold(
         Ok(taken) => taken,
         Err(code) => return code,
     };
+    // Out of the caller's directory (an unmount there must not wait for `release`), now that
+    // the lock is held: what the backend read relative to it (a CA file, a password file) was
+    // read while connecting, and paths it reads again are absolute (`crate::config`).
+    let _ = std::env::set_current_dir("/");
     let tokens = held.tokens_of(&lock.keys);
     let claims = serde_json::to_string(&held.claims).unwrap_or_default();
     let lease = crate::lockset::LeaseSet::join(held.parts);
@@ -155,12 +160,33 @@ pub(super) fn hold(
         let _ = std::fs::remove_file(&socket);
         return exit::UNAVAILABLE;
     }
+    // The watchdog, before anyone hears of the lock: from here a kill -9 of the holder stops
+    // the owner before the lock can go (see `watchdog.rs`).
+    let mut watchdog = match owner
+        .as_ref()
+        .map(|o| {
+            let close = [to_caller.as_raw_fd(), listener.as_raw_fd(), -1, -1];
+            Watchdog::start(o, close, clock.lease.deadline)
+        })
+        .transpose()
+    {
+        Ok(w) => w,
+        Err(e) => {
+            report::error(format_args!(
+                "{name}: cannot start the holder's watchdog: {e}"
+            ));
+            closing.give_back(name, &keys_text, keeper, not_started("no watchdog"));
+            let _ = std::fs::remove_file(&socket);
+            return exit::UNAVAILABLE;
+        }
+    };
     // From here the caller's exit (once it printed the handle) must not end the holder. A
     // caller that died before it printed is seen as a failed write; one that dies after this
     // write may have printed already, so the lock stays held (for the owner, or --max-hold).
     let _ = sys::set_parent_death_signal(0);
     let line = serde_json::to_string(&granted).unwrap_or_default() + "\n";
     if sys::parent_pid() != caller || (&to_caller).write_all_ok(line.as_bytes()).is_err() {
+        watchdog.as_mut().map(Watchdog::dismiss);
         closing.give_back(
             name,
             &keys_text,
@@ -184,6 +210,7 @@ pub(super) fn hold(
         report::error(format_args!(
             "{name}: cannot start the holder's watcher thread: {e}"
         ));
+        watchdog.as_mut().map(Watchdog::dismiss);
         closing.give_back(name, &keys_text, keeper, not_started("no watcher thread"));
         let _ = std::fs::remove_file(&socket);
         return exit::UNAVAILABLE;
@@ -198,6 +225,7 @@ pub(super) fn hold(
         stop: None,
         answered: false,
         closing,
+        watchdog,
     };
     holding.run(keeper, clock, &rx)
 }
@@ -396,12 +424,15 @@ struct Holding<'a> {
     /// A `release` already got the stop's reply: no end file.
     answered: bool,
     closing: Closing<'a>,
+    /// Kills the owner's processes if the holder dies ([`Watchdog`]); `None` without an owner.
+    watchdog: Option<Watchdog>,
 }
 
 impl Holding<'_> {
     fn run(&mut self, mut keeper: Keeper, mut clock: Clock, rx: &Receiver<Event>) -> u8 {
         let mut last_renew_error: Option<String> = None;
         loop {
+            self.check_watchdog(clock.lease.deadline);
             let now = BootInstant::now();
             let mut wake = Duration::from_secs(1);
             if let Some(started) = keeper.start_if_due(now, &mut wake) {
@@ -484,6 +515,9 @@ impl Holding<'_> {
             match event {
                 Event::Renewed(deadline) => {
                     clock.lease.deadline = Some(deadline);
+                    if let Some(w) = &self.watchdog {
+                        w.set_deadline(Some(deadline));
+                    }
                     last_renew_error = None;
                 }
                 Event::RenewFailed(e) => last_renew_error = Some(e),
@@ -509,6 +543,7 @@ impl Holding<'_> {
                             )),
                             ..history::Ending::default()
                         };
+                        self.dismiss_watchdog();
                         self.closing
                             .give_back(self.name, &self.keys_text, keeper, ending);
                         let reply = Reply {
@@ -553,6 +588,7 @@ impl Holding<'_> {
                                 note: Some("released".into()),
                                 ..history::Ending::default()
                             };
+                            self.dismiss_watchdog();
                             let message = match self.closing.app().release(keeper, ending) {
                                 Ok(()) => String::new(),
                                 Err(e) => format!(
@@ -576,6 +612,56 @@ impl Holding<'_> {
                 | Event::AllReaped => {}
             }
         }
+    }
+
+    /// Looks whether the watchdog still runs: one that died is replaced (the lock is not lost,
+    /// and the owner is protected again at once); one that ended because the lease deadline
+    /// passed (the holder frozen past it) killed the owner: the lease is lost.
+    fn check_watchdog(&mut self, deadline: Option<BootInstant>) {
+        let Some(w) = &mut self.watchdog else { return };
+        match w.check(deadline) {
+            Check::Fine => {}
+            Check::Replaced(old, new) => report::warn(format_args!(
+                "{}: the holder's watchdog (pid {old}) died; a new one (pid {new}) watches the owner",
+                self.name
+            )),
+            Check::DeadlinePassed => {
+                let why = "the lease deadline passed without a renewal; the holder's watchdog \
+                           killed the owner and its process group"
+                    .to_string();
+                self.lost_now(why);
+            }
+            Check::Gone(e) => {
+                self.watchdog = None;
+                if self.stop.is_none() {
+                    let why = format!(
+                        "the holder's watchdog died and no new one could be started ({e}); \
+                         the lock is given back rather than held unguarded"
+                    );
+                    self.begin_stop(why, false, BootInstant::now() + self.kill_grace);
+                }
+            }
+        }
+    }
+
+    /// The lease is lost now: stop the owner (what is left of it) at once.
+    fn lost_now(&mut self, why: String) {
+        let now = BootInstant::now();
+        match &mut self.stop {
+            None => self.begin_stop(why, true, now),
+            Some(s) => {
+                s.lost = true;
+                s.kill_at = s.kill_at.min(now);
+            }
+        }
+    }
+
+    /// Dismisses the watchdog (a clean end) before the lock is given back.
+    fn dismiss_watchdog(&mut self) {
+        if let Some(w) = &mut self.watchdog {
+            w.dismiss();
+        }
+        self.watchdog = None;
     }
 
     /// Starts stopping the owner and what it started (SIGTERM now, SIGKILL at `kill_at`)
@@ -656,6 +742,7 @@ impl Holding<'_> {
         let Some(stop) = self.stop.take() else {
             return 0;
         };
+        self.dismiss_watchdog();
         if stop.lost {
             // Given back meanwhile: a broken lock passes on only once its holder lets go.
             let started = std::time::Instant::now();

@@ -18,6 +18,7 @@ mod format;
 mod handle;
 mod holder;
 mod owner;
+mod watchdog;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;

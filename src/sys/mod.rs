@@ -19,7 +19,9 @@ pub(crate) use detach::{
     process_group_of, set_parent_death_signal, setsid, signal_group, to_dev_null,
 };
 pub(crate) use fs::{Inotify, flock, fs_type, ofd_lock, poll_readable, poll_ready};
-pub(crate) use process::{PidFd, become_subreaper, has_pidfds, wait_pid, waitid_exited_nowait};
+pub(crate) use process::{
+    PidFd, become_subreaper, has_pidfds, try_wait_pid, wait_pid, waitid_exited_nowait,
+};
 pub(crate) use signal::{
     SigSet, Thread, ThreadTimer, block_signals, deadline_signal, install_exiting_handlers,
     install_interrupting_handler, interrupting_signal, is_ignored, reset_to_default,

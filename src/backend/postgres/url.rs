@@ -154,7 +154,9 @@ fn take_tls_params(url: &str) -> Result<(String, super::stream::Tls), String> {
                     other => return Err(format!("unknown sslmode '{other}'")),
                 }
             }
-            "sslrootcert" => tls.root = Some(PathBuf::from(v)),
+            // Absolute now: the acquire holder leaves the caller's directory, and connects again
+            // from `/` (a relative file would not be found there).
+            "sslrootcert" => tls.root = Some(crate::backend::absolute(PathBuf::from(v))),
             _ => kept.push(pair),
         }
     }

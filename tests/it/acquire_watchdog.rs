@@ -1,0 +1,182 @@
+//! The acquire holder's watchdog (`src/hold/watchdog.rs`): a `kill -9` of the holder never lets
+//! a waiter's command start while the owner's group still runs — on the file backend and
+//! PostgreSQL (whose locks end with the holder's descriptors and connections) and on Redis
+//! (whose lease runs out later) — and a `kill -9` of the watchdog alone gets it replaced, the
+//! lock kept. Also: the holder and its watchdog keep no caller's directory (issue 40 item 7).
+//! The simulated old kernels (`kernels.rs`) run the first case too.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::acquire::start_owner;
+use crate::servers::{shared_postgres, shared_redis};
+use crate::util::*;
+
+/// The name every guardian, watchdogs included, goes by.
+const GUARD_NAME: &str = "d-lock-guard";
+
+/// The holder's watchdog: its child named [`GUARD_NAME`].
+pub(crate) fn watchdog_of(holder: i32) -> Option<i32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{holder}/task/{holder}/children")).ok()?;
+    children
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm"))
+                .is_ok_and(|c| c.trim_end() == GUARD_NAME)
+        })
+}
+
+/// Starts an owner whose background child ignores SIGTERM: (owner, the child's pid).
+fn owner_with_stubborn_child(
+    b: &TestBackend,
+    key: &str,
+    dir: &Path,
+) -> (crate::acquire::Owner, i32) {
+    let child = dir.join("child");
+    let tail = format!(
+        "sh -c 'trap \"\" TERM; echo $$ > {}; while :; do sleep 0.1; done' & wait",
+        child.display()
+    );
+    let o = start_owner(b, &["-k", key], &tail);
+    let child: i32 = wait_for_file(&child, Duration::from_secs(5))
+        .parse()
+        .unwrap();
+    (o, child)
+}
+
+/// Kills the holder with SIGKILL while a waiter `dlock run --wait` is queued whose command
+/// records the owner's child's state as it starts: it must find it dead (a zombie or gone).
+fn kill_holder_and_check_the_waiter(
+    b: &TestBackend,
+    key: &str,
+    dir: &Path,
+    holder: i32,
+    child: i32,
+) {
+    let seen = dir.join("seen");
+    let script = format!(
+        "s=$(cut -d' ' -f3 /proc/{child}/stat 2>/dev/null); echo \"${{s:-gone}}\" > {f}.tmp; \
+         mv {f}.tmp {f}",
+        f = seen.display()
+    );
+    let waiter = Proc::spawn(&mut b.run(key, &["--wait", "60s"], &sh(&script)));
+    assert!(watchdog_of(holder).is_some(), "the holder has a watchdog");
+    // SAFETY: kill takes two integers; `holder` is the live holder of this test's lock.
+    unsafe { libc::kill(holder, libc::SIGKILL) };
+    let state = wait_for_file(&seen, b.ttl + Duration::from_secs(15));
+    assert!(
+        state == "Z" || state == "X" || state == "gone",
+        "on {}: the waiter's command started while the owner's child ({child}) ran (state {state})",
+        b.kernel.name()
+    );
+    let (out, _) = waiter.wait(Duration::from_secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+    wait_until(
+        Duration::from_secs(3),
+        "the owner's child to be gone",
+        || !alive(child),
+    );
+}
+
+/// `kill -9` of the holder: the watchdog kills the owner's group (its SIGTERM-ignoring child
+/// included) before the lock can pass to a waiter.
+pub(crate) fn kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts(b: &TestBackend) {
+    let key = unique_key("wd-kill9");
+    let dir = scratch("wd-kill9");
+    let (o, child) = owner_with_stubborn_child(b, &key, &dir);
+    kill_holder_and_check_the_waiter(b, &key, &dir, o.holder, child);
+    let (out, _) = o.p.wait(Duration::from_secs(5));
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// `kill -9` of the watchdog alone: the holder, which still holds the lock, starts a new one
+/// (the lock is kept, nothing is stopped), and that one guards the owner as the first did.
+pub(crate) fn kill_9_of_the_watchdog_gets_a_new_one_and_the_lock_is_kept(b: &TestBackend) {
+    let key = unique_key("wd-replaced");
+    let dir = scratch("wd-replaced");
+    let (o, child) = owner_with_stubborn_child(b, &key, &dir);
+    let first = watchdog_of(o.holder).expect("a watchdog");
+    // SAFETY: kill takes two integers; `first` is the holder's watchdog, just read.
+    unsafe { libc::kill(first, libc::SIGKILL) };
+    wait_until(Duration::from_secs(3), "a new watchdog", || {
+        watchdog_of(o.holder).is_some_and(|w| w != first)
+    });
+    assert!(
+        alive(o.holder) && alive(o.pid) && alive(child),
+        "nothing was stopped"
+    );
+    assert!(!b.is_free(&key), "the lock is still held");
+    kill_holder_and_check_the_waiter(b, &key, &dir, o.holder, child);
+}
+
+/// Expands to one `#[test]` per watchdog case for a backend.
+macro_rules! watchdog {
+    ($make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                let backend = $make;
+                crate::acquire_watchdog::$case(&backend);
+            }
+        )*
+    };
+}
+
+mod file {
+    use super::*;
+    watchdog!(TestBackend::file();
+        kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts,
+        kill_9_of_the_watchdog_gets_a_new_one_and_the_lock_is_kept,
+    );
+}
+
+mod postgres {
+    use super::*;
+    watchdog!(
+        match shared_postgres() {
+            Some(p) => TestBackend::postgres(&p.url()),
+            None => return,
+        };
+        kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts,
+        kill_9_of_the_watchdog_gets_a_new_one_and_the_lock_is_kept,
+    );
+}
+
+mod redis {
+    use super::*;
+    watchdog!(
+        match shared_redis() {
+            Some(url) => TestBackend::redis(&url),
+            None => return,
+        };
+        kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts,
+    );
+}
+
+/// The holder and its watchdog leave the caller's working directory (an unmount there is not
+/// blocked by a held lock): both run in `/`.
+#[test]
+fn the_holder_and_its_watchdog_keep_no_working_directory() {
+    let b = TestBackend::file();
+    let key = unique_key("wd-cwd");
+    let o = start_owner(&b, &["-k", &key], "sleep 60");
+    let watchdog = watchdog_of(o.holder).expect("a watchdog");
+    for pid in [o.holder, watchdog] {
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
+        assert_eq!(cwd, Path::new("/"), "pid {pid}");
+    }
+    run_ok(&mut crate::acquire::release(&o.handle));
+    // SAFETY: kill takes two integers; the owner leads a group of its own.
+    unsafe { libc::kill(-o.pid, libc::SIGKILL) };
+    wait_until(Duration::from_secs(3), "the watchdog to exit", || {
+        !alive(watchdog)
+    });
+}
