@@ -13,20 +13,15 @@ use crate::acquire::start_owner;
 use crate::servers::{shared_postgres, shared_redis};
 use crate::util::*;
 
-/// The name every guardian, watchdogs included, goes by.
-const GUARD_NAME: &str = "d-lock-guard";
-
-/// The holder's watchdog: its child named [`GUARD_NAME`].
+/// The holder's watchdog: its only child. (Not found by its name, `d-lock-guard`: while it
+/// executes dlock anew, 20 ms after it started, its name is the binary's for a moment.)
 pub(crate) fn watchdog_of(holder: i32) -> Option<i32> {
     let children =
         std::fs::read_to_string(format!("/proc/{holder}/task/{holder}/children")).ok()?;
     children
         .split_whitespace()
         .filter_map(|p| p.parse::<i32>().ok())
-        .find(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/comm"))
-                .is_ok_and(|c| c.trim_end() == GUARD_NAME)
-        })
+        .find(|&p| alive(p))
 }
 
 /// Starts an owner whose background child ignores SIGTERM: (owner, the child's pid).
@@ -179,4 +174,86 @@ fn the_holder_and_its_watchdog_keep_no_working_directory() {
     wait_until(Duration::from_secs(3), "the watchdog to exit", || {
         !alive(watchdog)
     });
+}
+
+/// Issue 40 item 8: a process-group id the owner never led is never signalled as "its group".
+/// The owner (`--owner P`, a `sleep` inside its parent's group) exits while the holder is
+/// stopped, and its pid P is handed (through `ns_last_pid`, as root) to a stranger that makes
+/// a group P of its own; the holder, continued, sees its owner's exit and must leave group P
+/// alone. Before, it took any running group P for the owner's and sent it SIGTERM.
+#[test]
+fn a_group_the_owner_never_led_is_not_signalled_when_its_number_is_reused() {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("DLOCK_TEST_REQUIRE_BACKENDS").is_none(),
+            "this test needs root, to choose the next pid"
+        );
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let b = TestBackend::file();
+    let key = unique_key("wd-reused-group");
+    let dir = scratch("wd-reused-group");
+    let f = dir.join("owner");
+    let script = format!("sleep 600 & echo $! > {}; wait", f.display());
+    let mut parent = std::process::Command::new("sh");
+    parent.args(["-c", &script]);
+    std::os::unix::process::CommandExt::process_group(&mut parent, 0);
+    let parent = Proc::spawn(&mut parent);
+    let owner: i32 = wait_for_file(&f, Duration::from_secs(5)).parse().unwrap();
+    let out = run_ok(crate::acquire::cmd(&b, "acquire").args([
+        "-k",
+        &key,
+        "--owner",
+        &owner.to_string(),
+        "--format",
+        "json",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let holder = v["holder_pid"].as_i64().unwrap() as i32;
+    // SAFETY: kill takes two integers: this test's holder, then its owner.
+    unsafe { libc::kill(holder, libc::SIGSTOP) };
+    unsafe { libc::kill(owner, libc::SIGKILL) };
+    wait_until(Duration::from_secs(5), "the owner to be reaped", || {
+        !Path::new(&format!("/proc/{owner}")).exists()
+    });
+    parent.wait(Duration::from_secs(5));
+    let mut stranger = None;
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (owner - 1).to_string()).unwrap();
+        let mut c = std::process::Command::new("setsid");
+        c.args(["sleep", "60"]);
+        let child = c.spawn().unwrap();
+        if child.id() as i32 == owner {
+            stranger = Some(child);
+            break;
+        }
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut stranger = stranger.expect("a process with the owner's old pid");
+    wait_until(
+        Duration::from_secs(5),
+        "the stranger to lead group P",
+        || {
+            std::fs::read_to_string(format!("/proc/{owner}/stat"))
+                .is_ok_and(|s| s.contains(&format!(" {owner} {owner} ")))
+        },
+    );
+    // SAFETY: kill takes two integers; `holder` is this test's stopped holder.
+    unsafe { libc::kill(holder, libc::SIGCONT) };
+    wait_until(
+        Duration::from_secs(5),
+        "the holder to see its owner's exit",
+        || !alive(holder),
+    );
+    let survived = stranger.try_wait().unwrap().is_none();
+    let _ = stranger.kill();
+    let _ = stranger.wait();
+    assert!(
+        survived,
+        "the holder signalled group {owner}, which was a stranger's"
+    );
 }
