@@ -8,7 +8,7 @@
 //! cannot be handed to another process.
 
 use super::buf::Buf;
-use crate::sys::raw;
+use crate::sys::{ProcStat, raw};
 
 /// Sends `sig` to every child of this (single-threaded) process. Reads
 /// `/proc/self/task/PID/children`; without it (a kernel built without `CONFIG_PROC_CHILDREN`),
@@ -78,37 +78,19 @@ fn scan_proc_for_children(me: i32, sig: i32) {
         let mut stat = [0u8; 1024];
         let len = raw::read(fd, &mut stat).unwrap_or(0);
         raw::close(fd);
-        if parent_in_stat(stat.get(..len).unwrap_or_default()) == Some(me) {
+        if ProcStat::parent(stat.get(..len).unwrap_or_default()) == Some(me) {
             let _ = raw::kill(pid, sig);
         }
     });
     raw::close(dir);
 }
 
-/// What a watchdog reads of a process's `/proc/PID/stat`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Stat {
-    /// A zombie (`Z`) or dead (`X`): it runs no more, reaped or not.
-    pub exited: bool,
-    pub pgrp: i32,
-    /// Clock ticks since boot (field 22).
-    pub start: u64,
-}
-
 /// The process `pid`'s stat, if it exists (and /proc is our PID namespace's).
-pub(super) fn stat_of(pid: i32) -> Option<Stat> {
+pub(super) fn stat_of(pid: i32) -> Option<ProcStat> {
     if pid <= 0 || !proc_is_ours(raw::getpid()) {
         return None;
     }
-    let mut path = Buf::<64>::default();
-    path.push(b"/proc/");
-    path.number(u64::from(pid.unsigned_abs()));
-    path.push(b"/stat");
-    let fd = open(&path, 0)?;
-    let mut stat = [0u8; 1024];
-    let len = raw::read(fd, &mut stat).unwrap_or(0);
-    raw::close(fd);
-    parse_stat(stat.get(..len).unwrap_or_default())
+    read_stat(pid)
 }
 
 /// Whether a process of group `pgid` runs (a zombie does not count: it runs nothing, though
@@ -123,58 +105,25 @@ pub(super) fn group_runs(pgid: i32) -> bool {
     };
     let mut found = false;
     for_each_entry(dir, |name| {
-        if found {
-            return;
-        }
-        if let Some(pid) = parse_pid(name) {
-            let mut path = Buf::<64>::default();
-            path.push(b"/proc/");
-            path.number(u64::from(pid.unsigned_abs()));
-            path.push(b"/stat");
-            let Some(fd) = open(&path, 0) else { return };
-            let mut stat = [0u8; 1024];
-            let len = raw::read(fd, &mut stat).unwrap_or(0);
-            raw::close(fd);
-            found = parse_stat(stat.get(..len).unwrap_or_default())
-                .is_some_and(|st| st.pgrp == pgid && !st.exited);
+        if !found && let Some(pid) = parse_pid(name) {
+            found = read_stat(pid).is_some_and(|st| st.pgrp == pgid && !st.exited);
         }
     });
     raw::close(dir);
     found
 }
 
-/// "pid (comm) state ppid pgrp … starttime …", counted from the last ')' (see
-/// [`parent_in_stat`]): state, ppid, pgrp, then starttime 19 fields after the state.
-fn parse_stat(stat: &[u8]) -> Option<Stat> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = stat.get(close.checked_add(1)?..)?;
-    let mut fields = rest.split(|&b| b == b' ').filter(|f| !f.is_empty());
-    let state = fields.next()?;
-    let _ppid = fields.next()?;
-    let pgrp = parse_pid(fields.next()?)?;
-    let start = fields.nth(16)?;
-    if start.is_empty() || start.len() > 19 || !start.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let start = start.iter().fold(0u64, |n, &b| {
-        n.saturating_mul(10)
-            .saturating_add(u64::from(b.wrapping_sub(b'0')))
-    });
-    Some(Stat {
-        exited: matches!(state, b"Z" | b"X"),
-        pgrp,
-        start,
-    })
-}
-
-/// The parent pid in a `/proc/PID/stat` line: "pid (comm) state ppid …", where comm may hold
-/// spaces and parentheses, so the fields are counted from the last ')'.
-fn parent_in_stat(stat: &[u8]) -> Option<i32> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = stat.get(close.checked_add(1)?..)?;
-    let mut fields = rest.split(|&b| b == b' ').filter(|f| !f.is_empty());
-    let _state = fields.next()?;
-    parse_pid(fields.next()?)
+/// `/proc/PID/stat` read into a fixed buffer (a line is a few hundred bytes) and parsed.
+fn read_stat(pid: i32) -> Option<ProcStat> {
+    let mut path = Buf::<64>::default();
+    path.push(b"/proc/");
+    path.number(u64::from(pid.unsigned_abs()));
+    path.push(b"/stat");
+    let fd = open(&path, 0)?;
+    let mut stat = [0u8; 1024];
+    let len = raw::read(fd, &mut stat).unwrap_or(0);
+    raw::close(fd);
+    ProcStat::parse(stat.get(..len).unwrap_or_default())
 }
 
 fn parse_pid(name: &[u8]) -> Option<i32> {
@@ -250,33 +199,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parents_are_read_past_any_command_name() {
-        assert_eq!(parent_in_stat(b"12 (sh) S 34 12 12 0"), Some(34));
-        assert_eq!(parent_in_stat(b"12 (a) b (c) S 56 1"), Some(56));
-        assert_eq!(parent_in_stat(b"12 (x"), None);
-        assert_eq!(parent_in_stat(b""), None);
+    fn pids_are_plain_short_numbers() {
         assert_eq!(parse_pid(b"0123"), Some(123));
         assert_eq!(parse_pid(b"12a"), None);
         assert_eq!(parse_pid(b"9999999999"), None);
     }
 
     #[test]
-    fn stat_lines_give_state_group_and_start() {
-        let line = b"12 (a) b) S 1 77 77 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 4242 0 0\n";
-        assert_eq!(
-            parse_stat(line),
-            Some(Stat {
-                exited: false,
-                pgrp: 77,
-                start: 4242
-            })
-        );
+    fn this_process_and_its_group_are_read() {
         let me = stat_of(raw::getpid()).unwrap();
         assert!(!me.exited && me.start > 0);
         let pg = crate::sys::own_process_group();
         assert_eq!(me.pgrp, pg);
         assert!(group_runs(pg));
-        assert_eq!(parse_stat(b"12 (x) Z 1 2"), None);
+        assert!(stat_of(0).is_none());
     }
 
     #[test]

@@ -212,8 +212,9 @@ fn a_group_the_owner_never_led_is_not_signalled_when_its_number_is_reused() {
     ]));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let holder = v["holder_pid"].as_i64().unwrap() as i32;
-    // SAFETY: kill takes two integers: this test's holder, then its owner.
+    // SAFETY: kill takes two integers; `holder` is this test's holder.
     unsafe { libc::kill(holder, libc::SIGSTOP) };
+    // SAFETY: as above; `owner` is this test's `sleep`, not yet reaped.
     unsafe { libc::kill(owner, libc::SIGKILL) };
     wait_until(Duration::from_secs(5), "the owner to be reaped", || {
         !Path::new(&format!("/proc/{owner}")).exists()

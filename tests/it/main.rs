@@ -17,6 +17,7 @@ mod grounds;
 mod history;
 mod hostile;
 mod interop;
+mod interop_servers;
 mod kernel;
 mod kernels;
 mod modes;
