@@ -231,13 +231,18 @@ impl Guardian {
         }
     }
 
-    /// Ends a watchdog cleanly (the lock is being given back or was lost, and the owner is
-    /// stopped or gone): it exits without signalling anything, and it is reaped here, so that
-    /// the copies of the lock's descriptors it held are closed when this returns.
-    pub(crate) fn dismiss(self) {
+    /// Tells a watchdog of a clean end (the lock is being given back or was lost, and the owner
+    /// is stopped or gone): it exits without signalling anything. Reap it with
+    /// [`Guardian::reap`] before the end is final: until then it holds its copies of the lock's
+    /// descriptors. (Its exit overlaps with the release's round trip.)
+    pub(crate) fn dismiss(&self) {
         self.tell(to_guard::DISMISS, 0);
         // A stopped watchdog would not read it: our unreaped child, safe to signal by pid.
         let _ = raw::kill(self.pid, libc::SIGCONT);
+    }
+
+    /// Waits for the guardian to exit, and reaps it.
+    pub(crate) fn reap(self) {
         crate::sys::wait_pid(self.pid);
     }
 
@@ -258,7 +263,8 @@ impl Guardian {
         let stack = map_stack()?;
         let (from_dlock, to_guard) = pipe()?;
         let (from_guard, to_dlock) = pipe()?;
-        let mut setup = Setup {
+        let watching = plan.is_none();
+        let setup = Setup {
             plan,
             watch,
             close,
@@ -272,22 +278,29 @@ impl Guardian {
             detach: guardian::can_detach(),
             forward: crate::signals::forwarded_set(),
         };
+        // A watchdog starts nothing, and calls nothing but raw system calls from its first
+        // instruction: it is not waited for (that would put its first time slice on the
+        // holder's path). Its setup is never freed instead (a few words, once per holder).
+        let setup = Box::into_raw(Box::new(setup));
         // SAFETY: `guardian::entry` runs on its own stack (mapped above, never unmapped) in this
-        // process's memory. It reads `setup` only until it reports on `to_dlock`, and this
-        // function waits for that report (or the guardian's end) before `setup` goes away. No
-        // CLONE_FILES: the guardian gets its own copy of the descriptor table, which is the
+        // process's memory. It reads `setup` only until it reports on `to_dlock`; a guardian's
+        // is freed below only after that report (or the guardian's end), a watchdog's never.
+        // No CLONE_FILES: the guardian gets its own copy of the descriptor table, which is the
         // point. No CLONE_SIGHAND or CLONE_THREAD: its own dispositions, its own pid.
         let pid = unsafe {
             libc::clone(
                 guardian::entry,
                 stack.cast(),
                 libc::CLONE_VM | libc::SIGCHLD,
-                (&raw mut setup).cast(),
+                setup.cast(),
             )
         };
         if pid < 0 {
-            // No guardian exists: errno is ours alone.
-            return Err(io::Error::last_os_error());
+            // No guardian exists: errno is ours alone, and the setup ours to free.
+            let e = io::Error::last_os_error();
+            // SAFETY: from `Box::into_raw` above; nothing else refers to it.
+            drop(unsafe { Box::from_raw(setup) });
+            return Err(e);
         }
         // Closed without the C library: the guardian may be using `errno` now.
         raw::close(from_dlock.into_raw_fd());
@@ -298,6 +311,9 @@ impl Guardian {
             to_guard,
             from_guard,
         };
+        if watching {
+            return Ok((g, Some((from_guard::STARTED, 0))));
+        }
         // The guardian may be writing `errno` (dlock's main thread's) while it starts the
         // command: wait without reading it.
         let mut fds = [libc::pollfd {
@@ -312,10 +328,13 @@ impl Guardian {
                 Err(libc::EAGAIN | libc::EINTR) => {
                     raw::poll(&mut fds, None);
                 }
-                // The guardian died before it said (killed): its end closed.
+                // The guardian died before it said (killed): its end closed. Its setup is left
+                // as it is (a few words).
                 _ => return Ok((g, None)),
             }
         };
+        // SAFETY: from `Box::into_raw` above; the guardian reported, and reads it no more.
+        drop(unsafe { Box::from_raw(setup) });
         Ok((g, first))
     }
 

@@ -5,12 +5,12 @@
 //! the grace or at the lease deadline, whichever is first, so it is gone before anyone else can
 //! hold the lock. Why it ended is kept for `release` (the end file, see [`super::handle`]).
 //!
-//! Everything here runs on the main thread but the watcher, which only turns the socket, the
-//! owner's pidfd and the caller's acknowledgement into events.
+//! Everything here runs on the main thread but the watcher (`watcher.rs`), which only turns the
+//! socket, the owner's pidfd and the caller's acknowledgement into events; the watchdog
+//! (`watchdog.rs`) is a process of its own.
 
-use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::Duration;
@@ -19,6 +19,7 @@ use super::format::Granted;
 use super::handle::{self, Reply};
 use super::owner::{Owner, Stopping};
 use super::watchdog::{Check, Watchdog};
+use super::watcher::{OwnerWatch, Watched, watch};
 use crate::clock::BootInstant;
 use crate::config::AcquireConfig;
 use crate::events::{Event, Events, HolderEvent};
@@ -186,7 +187,7 @@ pub(super) fn hold(
     let _ = sys::set_parent_death_signal(0);
     let line = serde_json::to_string(&granted).unwrap_or_default() + "\n";
     if sys::parent_pid() != caller || (&to_caller).write_all_ok(line.as_bytes()).is_err() {
-        watchdog.as_mut().map(Watchdog::dismiss);
+        watchdog.as_mut().map(Watchdog::reap);
         closing.give_back(
             name,
             &keys_text,
@@ -210,7 +211,7 @@ pub(super) fn hold(
         report::error(format_args!(
             "{name}: cannot start the holder's watcher thread: {e}"
         ));
-        watchdog.as_mut().map(Watchdog::dismiss);
+        watchdog.as_mut().map(Watchdog::reap);
         closing.give_back(name, &keys_text, keeper, not_started("no watcher thread"));
         let _ = std::fs::remove_file(&socket);
         return exit::UNAVAILABLE;
@@ -295,96 +296,6 @@ impl WriteAllOk for &UnixStream {
         use std::io::Write;
         self.write_all(buf)
     }
-}
-
-/// The descriptors the watcher thread turns into events.
-struct Watched {
-    /// `dlock acquire`, until it acknowledges the handle.
-    caller: Option<UnixStream>,
-    /// The handle's socket, and its path (bound anew if a cleaner removes it).
-    listener: UnixListener,
-    socket: PathBuf,
-    /// A request came: the socket is not put back any more.
-    asked: bool,
-    /// The owner, until it exits.
-    owner: Option<OwnerWatch>,
-}
-
-/// How the watcher learns that the owner exited.
-enum OwnerWatch {
-    /// Its pidfd becomes readable.
-    Fd(std::os::fd::OwnedFd),
-    /// No pidfds (Linux < 5.3): /proc is looked at every [`super::owner::OWNER_CHECK`].
-    Scan(crate::procs::Proc),
-}
-
-/// Starts the watcher thread.
-fn watch(mut w: Watched, events: Events) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("dlock-holder".into())
-        .spawn(move || {
-            loop {
-                let mut fds = vec![w.listener.as_fd()];
-                let caller_at = w.caller.as_ref().map(|c| {
-                    fds.push(c.as_fd());
-                    fds.len() - 1
-                });
-                let mut timeout = handle::SOCKET_CHECK.as_millis() as i32;
-                let mut owner_gone = false;
-                let owner_at = match &w.owner {
-                    Some(OwnerWatch::Fd(o)) => {
-                        fds.push(o.as_fd());
-                        Some(fds.len() - 1)
-                    }
-                    Some(OwnerWatch::Scan(p)) => {
-                        owner_gone = p.has_exited();
-                        timeout = timeout.min(super::owner::OWNER_CHECK.as_millis() as i32);
-                        None
-                    }
-                    None => None,
-                };
-                let Ok(ready) = sys::poll_readable(&fds, if owner_gone { 0 } else { timeout })
-                else {
-                    return;
-                };
-                let is = |i: Option<usize>| i.is_some_and(|i| ready.get(i) == Some(&true));
-                let (caller, owner) = (is(caller_at), is(owner_at) || owner_gone);
-                let listener = ready.first() == Some(&true);
-                drop(fds);
-                if caller {
-                    let mut byte = [0u8; 1];
-                    let acked = w
-                        .caller
-                        .as_ref()
-                        .is_some_and(|mut c| matches!(c.read(&mut byte), Ok(1)) && byte[0] == b'1');
-                    w.caller = None;
-                    events.send(Event::Holder(if acked {
-                        HolderEvent::CallerAcked
-                    } else {
-                        HolderEvent::CallerGone
-                    }));
-                }
-                if owner {
-                    w.owner = None;
-                    events.send(Event::Holder(HolderEvent::OwnerExited));
-                }
-                // Not once a release has asked: it removes the socket as the holder ends.
-                if !w.asked
-                    && let Some(l) = handle::rebind_if_gone(&w.socket)
-                {
-                    w.listener = l;
-                    continue;
-                }
-                if listener
-                    && let Ok((stream, _)) = w.listener.accept()
-                    && let Some(request) = handle::read_request(&stream)
-                {
-                    w.asked = true;
-                    events.send(Event::Holder(HolderEvent::Request(stream, request)));
-                }
-            }
-        })
-        .map(|_| ())
 }
 
 /// What the holder knows of its lease, and when it must give it up.
@@ -546,6 +457,7 @@ impl Holding<'_> {
                         self.dismiss_watchdog();
                         self.closing
                             .give_back(self.name, &self.keys_text, keeper, ending);
+                        self.reap_watchdog();
                         let reply = Reply {
                             code: 0,
                             message: format!(
@@ -596,6 +508,7 @@ impl Holding<'_> {
                                     self.name, self.keys_text
                                 ),
                             };
+                            self.reap_watchdog();
                             let _ = std::fs::remove_file(&self.socket);
                             handle::answer(&stream, &Reply { code: 0, message });
                             return 0;
@@ -660,6 +573,14 @@ impl Holding<'_> {
     fn dismiss_watchdog(&mut self) {
         if let Some(w) = &mut self.watchdog {
             w.dismiss();
+        }
+    }
+
+    /// Waits until the dismissed watchdog is gone, once the lock is given back: `release`
+    /// hears of the end only after its copies of the lock's descriptors are closed.
+    fn reap_watchdog(&mut self) {
+        if let Some(w) = &mut self.watchdog {
+            w.reap();
         }
         self.watchdog = None;
     }
@@ -756,6 +677,7 @@ impl Holding<'_> {
             self.closing
                 .give_back(self.name, &self.keys_text, keeper, stop.ending);
         }
+        self.reap_watchdog();
         if !self.answered {
             handle::write_end(&self.socket, &stop.reply);
         }

@@ -19,6 +19,7 @@ mod handle;
 mod holder;
 mod owner;
 mod watchdog;
+mod watcher;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;

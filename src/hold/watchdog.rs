@@ -14,8 +14,8 @@
 //! pass without a renewal), SIGKILLs the owner and the owner's process group (the group only
 //! under the rule of `owner.rs`, "Process groups") until none of them runs, and only then
 //! exits. On every clean end — `release`, the owner's exit, a loss the holder handled — the
-//! holder dismisses it first ([`Watchdog::dismiss`]: it exits touching nothing, and is reaped
-//! before the lock is given back, so its copies never outlive a release).
+//! holder dismisses it first ([`Watchdog::dismiss`]: it exits touching nothing; it is reaped
+//! once the release is done, before `release` hears of it, so its copies never outlive one).
 //!
 //! What it protects is what the holder stops: the owner and its group. A process that left the
 //! group (`setsid`, a daemon) is not the watchdog's to find — it is not the holder's either.
@@ -47,6 +47,8 @@ pub(super) enum Check {
 pub(super) struct Watchdog {
     guardian: Option<Guardian>,
     watch: Watch,
+    /// Told of a clean end: not replaced if it exits.
+    dismissed: bool,
 }
 
 impl Watchdog {
@@ -67,6 +69,7 @@ impl Watchdog {
         Ok(Watchdog {
             guardian: Some(guardian),
             watch,
+            dismissed: false,
         })
     }
 
@@ -80,7 +83,7 @@ impl Watchdog {
     /// Whether it still runs; if it died, replaces it (see the module documentation) unless
     /// it ended because the lease deadline passed.
     pub(super) fn check(&mut self, deadline: Option<BootInstant>) -> Check {
-        let Some(g) = &self.guardian else {
+        let Some(g) = self.guardian.as_ref().filter(|_| !self.dismissed) else {
             return Check::Fine;
         };
         if g.try_reap().is_none() {
@@ -105,10 +108,23 @@ impl Watchdog {
         }
     }
 
-    /// Ends it without its touching anything (a clean end), before the lock is given back.
+    /// Tells it of a clean end, before the lock is given back: it exits touching nothing.
+    /// [`Watchdog::reap`] waits for that, after the release (the two overlap).
     pub(super) fn dismiss(&mut self) {
-        if let Some(g) = self.guardian.take() {
+        if let Some(g) = &self.guardian {
             g.dismiss();
+            self.dismissed = true;
+        }
+    }
+
+    /// Waits until a dismissed watchdog has exited (its copies of the lock's descriptors
+    /// closed).
+    pub(super) fn reap(&mut self) {
+        if let Some(g) = self.guardian.take() {
+            if !self.dismissed {
+                g.dismiss();
+            }
+            g.reap();
         }
     }
 }
