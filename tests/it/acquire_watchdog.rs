@@ -258,3 +258,52 @@ fn a_group_the_owner_never_led_is_not_signalled_when_its_number_is_reused() {
         "the holder signalled group {owner}, which was a stranger's"
     );
 }
+
+/// The holder works in `/`, yet a relative `sslrootcert=` given from the caller's directory
+/// still works when it connects again after holding: a broken lock's end is recorded on a new
+/// session, from a backend opened anew (PostgreSQL over TLS, verify-full). Before the URL's
+/// path was made absolute (`config.rs`), that connection looked for the CA in `/` and the end
+/// went unrecorded.
+#[test]
+fn a_relative_ca_file_still_works_once_the_holder_left_the_callers_directory() {
+    let Some((pg, ca)) = crate::servers::Postgres::start_tls() else {
+        return;
+    };
+    let dir = ca.parent().unwrap().to_path_buf();
+    let name = ca.file_name().unwrap().to_str().unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=verify-full&sslrootcert={name}",
+        pg.port
+    );
+    let b = TestBackend::postgres(&url);
+    let key = unique_key("wd-relative-ca");
+    let in_dir = |sub: &str| {
+        let mut c = crate::acquire::cmd(&b, sub);
+        c.current_dir(&dir);
+        c
+    };
+    let out = run_ok(in_dir("acquire").args([
+        "--ttl",
+        "2s",
+        "-k",
+        &key,
+        "--owner",
+        "none",
+        "--max-hold",
+        "1m",
+        "--format",
+        "json",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let holder = v["holder_pid"].as_i64().unwrap() as i32;
+    let cwd = std::fs::read_link(format!("/proc/{holder}/cwd")).unwrap();
+    assert_eq!(cwd, Path::new("/"));
+    run_ok(in_dir("break").args(["-k", &key]));
+    wait_until(Duration::from_secs(10), "the holder to notice", || {
+        !alive(holder)
+    });
+    let out = run_ok(in_dir("log").args(["-k", &key, "--json", "-r", "1"]));
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(runs[0]["ending"]["code"], 79, "{runs:#}");
+    assert!(runs[0]["ending"]["lost"].is_string(), "{runs:#}");
+}
