@@ -24,6 +24,9 @@ unsafe extern "C" {
 /// (orphans are re-parented without a signal to their new parent).
 const KILL_ROUND: Duration = Duration::from_millis(10);
 
+/// A watchdog's kill round once a second of rounds has not ended what it watches.
+const SLOW_KILL_ROUND: Duration = Duration::from_millis(100);
+
 /// The guardian's name (`ps`, `/proc/PID/comm`), which is also the first argument of a guardian
 /// executing itself anew. Not "dlock…": `pkill -9 dlock` would kill dlock and its guardian at
 /// once, the one case a guardian cannot cover.
@@ -311,7 +314,14 @@ impl Guard {
             soonest(self.detach_at_ns);
         }
         if self.killing {
-            soonest(now.saturating_add(KILL_ROUND.as_nanos() as u64));
+            // A watchdog scans /proc each round: after a second (a process that outlives
+            // SIGKILL: another user's, or in uninterruptible sleep), ten rounds a second.
+            let round = if self.watching && self.killed > 100 {
+                SLOW_KILL_ROUND
+            } else {
+                KILL_ROUND
+            };
+            soonest(now.saturating_add(round.as_nanos() as u64));
         }
         let timeout = due.map(|t| Duration::from_nanos(t.saturating_sub(now)));
         let mut fds = [
