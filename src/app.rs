@@ -6,8 +6,6 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::Instant;
 
-use clap::Parser;
-
 use crate::backend;
 use crate::cli::{Cli, Command};
 use crate::config::{KeyConfig, LockConfig, RunConfig, Wait};
@@ -40,14 +38,16 @@ pub fn start() -> i32 {
 fn exit_code() -> u8 {
     // A guardian executing itself anew (see `guard`) never gets past this.
     crate::guard::resume_if_asked();
+    crate::trace::init();
     let code = command_code();
+    crate::trace::print();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     crate::hold::fail_the_eval(&args, code);
     code
 }
 
 fn command_code() -> u8 {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::parse_args() {
         Ok(cli) => cli,
         Err(e) => return clap_error(&e),
     };
@@ -178,6 +178,7 @@ fn did_you_mean(e: &clap::Error) -> Option<String> {
 }
 
 fn run(run: &RunConfig) -> u8 {
+    crate::trace::stage("parse");
     let cfg = &run.lock;
     report::set_verbosity(cfg.verbosity);
     let name = cfg.target.kind.name();
@@ -204,10 +205,12 @@ fn run(run: &RunConfig) -> u8 {
         reason: cfg.reason.clone(),
         ..Record::this_process(&run.command)
     };
+    crate::trace::stage("setup");
     let (backend, held) = match take_locks(cfg, &holder, &interrupt) {
         Ok(taken) => taken,
         Err(code) => return code,
     };
+    crate::trace::stage("lock");
     // The command's view: keys and tokens in the order given, the first one as DLOCK_KEY.
     let tokens = held.tokens_of(&cfg.keys);
     let keys_text = cfg.keys_text();
@@ -238,6 +241,7 @@ fn run(run: &RunConfig) -> u8 {
             return code;
         }
     };
+    crate::trace::stage("history");
     let clock = LeaseClock::of(lease.as_ref(), cfg.kill_grace);
     let env = command_env(cfg, &tokens, claims);
     let quiet = report::is_quiet();
@@ -269,11 +273,13 @@ fn run(run: &RunConfig) -> u8 {
         report::verbose(format_args!("started pid {pid}"));
     }
     let ending = supervise::supervise(&child, &rx, &mut keeper, clock, cfg.kill_grace);
+    crate::trace::stage("command");
     let closing = Closing {
         backend: backend.as_ref(),
         run_log: run_log.as_ref(),
     };
     finish(cfg, &keys_text, keeper, &ending, &closing);
+    crate::trace::stage("release");
     ending.code()
 }
 

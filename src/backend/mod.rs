@@ -473,6 +473,7 @@ impl Reach {
     /// The server answered this process (a handshake or a request completed): from now on a
     /// transport failure is an outage.
     pub(crate) fn connected(&self) {
+        crate::trace::stage("connect");
         self.0.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 

@@ -191,6 +191,7 @@ impl Guardian {
             quiet,
         );
         let (mut g, first) = started.map_err(StartError::Guardian)?;
+        crate::trace::stage("spawn");
         match first {
             Some((from_guard::STARTED, pid)) => g.command = i32::try_from(pid).ok(),
             Some((from_guard::FAILED, errno)) => {
@@ -302,6 +303,7 @@ impl Guardian {
             drop(unsafe { Box::from_raw(setup) });
             return Err(e);
         }
+        crate::trace::stage("guardian");
         // Closed without the C library: the guardian may be using `errno` now.
         raw::close(from_dlock.into_raw_fd());
         raw::close(to_dlock.into_raw_fd());

@@ -35,6 +35,7 @@ mod redis_sentinel;
 mod redlock;
 mod servers;
 mod sql_safety;
+mod trace;
 mod tree;
 mod unkillable;
 mod util;
