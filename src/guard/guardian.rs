@@ -78,12 +78,13 @@ struct Guard {
 
 /// The guardian's first function, on its own stack (`clone` in [`super::Guardian::start`]).
 pub(super) extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
-    // First, so that nothing the command starts can be re-parented past us; then out of
-    // dlock's process group before the command exists (a `kill -9` of that group, as
-    // `timeout -s KILL` sends, must not reach the guardian), and every signal blocked (taken
-    // from a descriptor below; the command unblocks its own).
-    // SAFETY: `arg` is the `Setup` that `start` keeps alive until we report below.
+    // SAFETY: `arg` is the `Setup` that `start` keeps alive until we report below (a
+    // watchdog's is never freed).
     let setup = unsafe { &mut *arg.cast::<Setup<'_>>() };
+    // First, so that nothing the command starts can be re-parented past us (a watchdog starts
+    // nothing); then out of dlock's process group before the command exists (a `kill -9` of
+    // that group, as `timeout -s KILL` sends, must not reach the guardian), and every signal
+    // blocked (taken from a descriptor below; the command unblocks its own).
     if setup.plan.is_some() {
         let _ = raw::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
     }
@@ -121,8 +122,9 @@ pub(super) extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
         owner_fd: setup.watch.owner_fd,
         ..Guard::default()
     };
-    // dlock's main thread waits for our report, so the C library may still be used here (the
-    // launch clones and, if the exec fails, waits).
+    // dlock's main thread waits for a guardian's report, so the C library may still be used
+    // here (the launch clones and, if the exec fails, waits). A watchdog's holder does not
+    // wait: it uses raw system calls only, from its first instruction.
     match setup.plan.as_mut().map(|p| p.launch()) {
         Some(Ok(pid)) => {
             g.child = pid;
