@@ -32,6 +32,8 @@ pub(crate) mod zookeeper;
 
 use std::time::Duration;
 
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+pub(crate) use self::support::absolute;
 #[cfg(any(feature = "zookeeper", feature = "postgres"))]
 pub(crate) use self::support::async_runtime;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
