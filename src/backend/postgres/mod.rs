@@ -28,6 +28,7 @@ mod doctor;
 mod ground;
 mod history;
 mod lease;
+mod retention;
 mod rows;
 mod slots;
 mod status;
@@ -257,7 +258,7 @@ impl PgBackend {
         // The key and the record are bind parameters: nothing from the user is SQL text.
         let sql = format!(
             "WITH f AS (INSERT INTO dlock_fences (id, fence) \
-               VALUES ({id}, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) \
+               VALUES ({id}, {first}) \
                ON CONFLICT (id) DO UPDATE SET fence = greatest(dlock_fences.fence + 1, EXCLUDED.fence) \
                RETURNING fence), \
              h AS (INSERT INTO dlock_holders (pid, id, key, fence, holder) \
@@ -271,6 +272,7 @@ impl PgBackend {
             holder = rows::capped("o.holder"),
             most = 2 * slots::MAX_LIMIT,
             ours = ground::is_ours(s).unwrap_or_else(|| "true".into()),
+            first = retention::first_token(),
         );
         let client = &s.client;
         let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
@@ -586,6 +588,10 @@ impl Backend for PgBackend {
                 Err(e) => Err(e),
             }
         })
+    }
+
+    fn prune(&self, older_than: Duration, most: usize) -> anyhow::Result<usize> {
+        self.prune_keys(older_than, most)
     }
 
     /// Forgets a free key's fence and holder records (`dlock bench`'s own keys).
