@@ -256,3 +256,66 @@ mod postgres {
         assert!(token_of(&b, &key, &[]) > ahead);
     }
 }
+
+mod mysql {
+    use super::*;
+    use crate::servers::shared_mariadb;
+
+    /// A database of its own on the shared server, and a backend on it.
+    fn own_db() -> Option<(TestBackend, String)> {
+        let m = shared_mariadb()?;
+        let db = db_name("retain");
+        m.sql(&format!("CREATE DATABASE {db}"));
+        let url = format!("{}/{db}", m.url().strip_suffix("/dlock").unwrap());
+        Some((TestBackend::mysql(&url), db))
+    }
+
+    fn sql(db: &str, sql: &str) -> String {
+        shared_mariadb().unwrap().sql(&format!("USE {db}; {sql}"))
+    }
+
+    /// Keys with a history or a counter row (the floor is not a key).
+    fn keys(db: &str) -> usize {
+        sql(
+            db,
+            "SELECT GREATEST((SELECT COUNT(DISTINCT lock_key) FROM dlock_runs), \
+             (SELECT COUNT(*) FROM dlock_locks WHERE name <> 'dlock!floor'))",
+        )
+        .trim()
+        .parse()
+        .unwrap()
+    }
+
+    #[test]
+    fn mysql_one_shot_keys_age_out() {
+        let Some((b, db)) = own_db() else { return };
+        one_shot_keys_age_out(&b, &|| keys(&db));
+        let floor = sql(
+            &db,
+            "SELECT fence FROM dlock_locks WHERE name = 'dlock!floor'",
+        );
+        assert!(floor.trim().parse::<u64>().is_ok(), "no floor: {floor:?}");
+    }
+
+    #[test]
+    fn mysql_a_prune_racing_a_reuse_keeps_tokens_growing() {
+        let Some((b, _db)) = own_db() else { return };
+        a_prune_racing_a_reuse_keeps_tokens_growing(&b);
+    }
+
+    /// The floor, not the clock, lifts a reused key (see the PostgreSQL case).
+    #[test]
+    fn mysql_a_reused_key_starts_above_the_floor() {
+        let Some((b, db)) = own_db() else { return };
+        let key = unique_key("floor");
+        token_of(&b, &key, &[]);
+        let ahead: u64 = 9_000_000_000_000_000;
+        sql(
+            &db,
+            &format!(
+                "DELETE FROM dlock_locks; INSERT INTO dlock_locks VALUES ('dlock!floor', {ahead}, '', 0)"
+            ),
+        );
+        assert!(token_of(&b, &key, &[]) > ahead);
+    }
+}

@@ -35,6 +35,7 @@ mod conflict;
 mod ground;
 mod history;
 mod lease;
+mod retention;
 mod rows;
 mod shared;
 mod slots;
@@ -244,7 +245,7 @@ impl MysqlBackend {
     ) -> anyhow::Result<(u64, Option<Holder>, u64)> {
         let meta = rows::record_text(holder)?;
         // Text protocol: the values are hex literals, so nothing needs escaping.
-        let seed = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)";
+        let seed = retention::first_token();
         let upsert = "ON DUPLICATE KEY UPDATE fence = fence + 1, holder = VALUES(holder), \
                       connection_id = VALUES(connection_id)";
         let sql = if name == counter {
@@ -366,6 +367,10 @@ impl Backend for MysqlBackend {
         )
         .map_err(|e| self.fail(e))?;
         self.purge_history(&mut con, key)
+    }
+
+    fn prune(&self, older_than: Duration, most: usize) -> anyhow::Result<usize> {
+        self.prune_keys(older_than, most)
     }
 
     fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
