@@ -319,3 +319,37 @@ mod mysql {
         assert!(token_of(&b, &key, &[]) > ahead);
     }
 }
+
+mod zookeeper {
+    use super::*;
+    use crate::servers::shared_zookeeper;
+
+    /// A chroot of its own on the shared ensemble, and a backend in it.
+    fn own_chroot() -> Option<(TestBackend, String)> {
+        let zk = shared_zookeeper()?;
+        let chroot = format!("/{}", unique_key("retain"));
+        Some((TestBackend::zookeeper(&format!("{}{chroot}", zk.url())), chroot))
+    }
+
+    /// Keys with a history node or a lock node.
+    fn keys(chroot: &str) -> usize {
+        let zk = shared_zookeeper().unwrap();
+        let mut names = zk.children(&format!("{chroot}/dlock-history"));
+        names.extend(zk.children(&format!("{chroot}/dlock")));
+        names.sort();
+        names.dedup();
+        names.len()
+    }
+
+    #[test]
+    fn zookeeper_one_shot_keys_age_out() {
+        let Some((b, chroot)) = own_chroot() else { return };
+        one_shot_keys_age_out(&b, &|| keys(&chroot));
+    }
+
+    #[test]
+    fn zookeeper_a_prune_racing_a_reuse_keeps_tokens_growing() {
+        let Some((b, _)) = own_chroot() else { return };
+        a_prune_racing_a_reuse_keeps_tokens_growing(&b);
+    }
+}
