@@ -353,3 +353,44 @@ mod zookeeper {
         a_prune_racing_a_reuse_keeps_tokens_growing(&b);
     }
 }
+
+mod etcd {
+    use super::*;
+    use crate::servers::Etcd;
+
+    /// Keys with events under `dlock/%history/`, or lock keys under `dlock/`.
+    fn keys(e: &Etcd) -> usize {
+        let out = e
+            .etcdctl()
+            .args(["get", "--prefix", "dlock/", "--keys-only"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "etcdctl get: {}", describe(&out));
+        let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .filter_map(|l| {
+                let rest = l.strip_prefix("dlock/")?;
+                let rest = rest.strip_prefix("%history/").unwrap_or(rest);
+                Some(rest.split('/').next()?.to_string())
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names.len()
+    }
+
+    // A server of its own: every key of an etcd is under `dlock/`, and this prunes them all.
+    #[test]
+    fn etcd_one_shot_keys_age_out() {
+        let Some(e) = Etcd::start() else { return };
+        let b = TestBackend::etcd(&e.url());
+        one_shot_keys_age_out(&b, &|| keys(&e));
+    }
+
+    #[test]
+    fn etcd_a_prune_racing_a_reuse_keeps_tokens_growing() {
+        let Some(e) = Etcd::start() else { return };
+        a_prune_racing_a_reuse_keeps_tokens_growing(&TestBackend::etcd(&e.url()));
+    }
+}
