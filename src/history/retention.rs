@@ -38,6 +38,11 @@ pub(crate) fn retention() -> Duration {
     test_override().unwrap_or(RETENTION)
 }
 
+/// [`retention`] in milliseconds, for a server's expiry (Redis).
+pub(crate) fn retention_ms() -> u64 {
+    u64::try_from(retention().as_millis()).unwrap_or(u64::MAX)
+}
+
 fn test_override() -> Option<Duration> {
     let v = std::env::var(TEST_RETENTION_ENV).ok()?;
     humantime::parse_duration(v.trim())

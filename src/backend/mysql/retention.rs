@@ -16,6 +16,8 @@
 
 use std::time::Duration;
 
+use mysql::prelude::Queryable;
+
 use super::rows::last_value;
 use super::{MysqlBackend, TABLE};
 
@@ -47,17 +49,21 @@ impl MysqlBackend {
         let rows = most.saturating_mul(ROWS_PER_KEY);
         let mut con = self.connect(super::COMMAND_TIMEOUT)?;
         // Only numbers of ours in the text.
+        // The delete first: two prunes then take row locks in one order (the primary key's)
+        // and wait for each other instead of deadlocking; the floor is raised in the same
+        // transaction, before anyone can take a removed key (their GET_LOCK waits for this
+        // connection to close).
         let counters = format!(
             "SET @dlock_cut = CAST({CLOCK_US} AS SIGNED) - {us}; \
              BEGIN; \
-             INSERT INTO {TABLE} (name, fence, holder, connection_id) \
-               SELECT '{FLOOR}', @dlock_cut, '', 0 FROM DUAL WHERE @dlock_cut > 0 AND EXISTS \
-               (SELECT 1 FROM {TABLE} WHERE fence < @dlock_cut AND name <> '{FLOOR}') \
-               ON DUPLICATE KEY UPDATE fence = GREATEST(fence, VALUES(fence)); \
              DELETE FROM {TABLE} WHERE fence < @dlock_cut AND name <> '{FLOOR}' \
                AND IS_USED_LOCK(name) IS NULL AND GET_LOCK(name, 0) = 1 LIMIT {most}; \
-             SELECT ROW_COUNT(); \
-             COMMIT"
+             SET @dlock_gone = ROW_COUNT(); \
+             INSERT INTO {TABLE} (name, fence, holder, connection_id) \
+               SELECT '{FLOOR}', @dlock_cut, '', 0 FROM DUAL WHERE @dlock_gone > 0 \
+               ON DUPLICATE KEY UPDATE fence = GREATEST(fence, VALUES(fence)); \
+             COMMIT; \
+             SELECT @dlock_gone"
         );
         let history = format!(
             "DELETE r FROM dlock_runs r JOIN (SELECT id FROM (SELECT id, at FROM dlock_runs \
@@ -67,7 +73,13 @@ impl MysqlBackend {
         );
         let mut removed = 0usize;
         for (sql, per_key) in [(counters, 1), (history, ROWS_PER_KEY - 1)] {
-            match last_value::<i64>(&mut con, &sql) {
+            let mut result = last_value::<i64>(&mut con, &sql);
+            // A deadlock rolled the transaction back whole (nothing removed): once more.
+            if matches!(&result, Err(mysql::Error::MySqlError(e)) if e.code == 1213) {
+                let _ = con.query_drop("ROLLBACK");
+                result = last_value::<i64>(&mut con, &sql);
+            }
+            match result {
                 Ok(n) => {
                     let n = usize::try_from(n.unwrap_or(0)).unwrap_or(0);
                     removed = removed.max(n.div_ceil(per_key));
