@@ -61,7 +61,7 @@ fn due() -> bool {
         .unwrap_or(0);
     // The low bits of the clock's nanoseconds, mixed with the pid: random enough for a draw.
     let mixed = nanos ^ std::process::id().wrapping_mul(2_654_435_761);
-    (mixed >> 4) % ODDS == 0
+    (mixed >> 4).is_multiple_of(ODDS)
 }
 
 /// After a run has let go of its lock: prunes up to [`BATCH`] aged-out keys when this run is

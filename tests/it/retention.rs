@@ -348,7 +348,10 @@ mod zookeeper {
     fn own_chroot() -> Option<(TestBackend, String)> {
         let zk = shared_zookeeper()?;
         let chroot = format!("/{}", unique_key("retain"));
-        Some((TestBackend::zookeeper(&format!("{}{chroot}", zk.url())), chroot))
+        Some((
+            TestBackend::zookeeper(&format!("{}{chroot}", zk.url())),
+            chroot,
+        ))
     }
 
     /// Keys with a history node or a lock node.
@@ -363,7 +366,9 @@ mod zookeeper {
 
     #[test]
     fn zookeeper_one_shot_keys_age_out() {
-        let Some((b, chroot)) = own_chroot() else { return };
+        let Some((b, chroot)) = own_chroot() else {
+            return;
+        };
         one_shot_keys_age_out(&b, &|| keys(&chroot), false);
     }
 

@@ -27,7 +27,8 @@ impl EtcdBackend {
     pub(super) fn prune_keys(&self, older_than: Duration, most: usize) -> anyhow::Result<usize> {
         let mut c = self.client();
         let fail = |e| self.fail(e);
-        let cutoff = now_ms().saturating_sub(u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX));
+        let cutoff =
+            now_ms().saturating_sub(u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX));
         let root = HISTORY.as_bytes();
         let end = prefix_end(root);
         // A random place to start from: a printable byte after the prefix.
@@ -55,7 +56,9 @@ impl EtcdBackend {
                 at = root.to_vec();
                 continue;
             };
-            let Some(own) = kv.key.strip_prefix(root) else { break };
+            let Some(own) = kv.key.strip_prefix(root) else {
+                break;
+            };
             let (name, next) = match own.iter().position(|&b| b == b'/') {
                 // An event: the next name comes after all of this one's events.
                 Some(i) => {
@@ -116,7 +119,7 @@ fn prune_name(
     )
     .ok()
     .and_then(|v| v.get("host_ms").and_then(serde_json::Value::as_u64));
-    if !written.is_some_and(|ms| ms < cutoff_ms) {
+    if written.is_none_or(|ms| ms >= cutoff_ms) {
         return Ok(false);
     }
     let mut lock = ROOT.as_bytes().to_vec();

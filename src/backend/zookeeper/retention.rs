@@ -30,7 +30,12 @@ impl ZkBackend {
         self.admin(async |client| self.prune_in(client, cutoff, most).await)
     }
 
-    async fn prune_in(&self, client: &Client, cutoff_ms: i64, most: usize) -> anyhow::Result<usize> {
+    async fn prune_in(
+        &self,
+        client: &Client,
+        cutoff_ms: i64,
+        most: usize,
+    ) -> anyhow::Result<usize> {
         let history_root = format!("{}/{ROOT}-history", self.chroot);
         let lock_root = format!("{}/{ROOT}", self.chroot);
         let listed = |path: String| async move {
@@ -40,10 +45,8 @@ impl ZkBackend {
                 Err(e) => Err(anyhow::anyhow!("zookeeper: cannot list {path}: {e}")),
             }
         };
-        let (with_history, locks) = tokio::join!(
-            listed(history_root.clone()),
-            listed(lock_root.clone())
-        );
+        let (with_history, locks) =
+            tokio::join!(listed(history_root.clone()), listed(lock_root.clone()));
         let with_history = with_history?;
         let mut names = with_history.clone();
         let known: std::collections::HashSet<&String> = with_history.iter().collect();
@@ -82,7 +85,13 @@ impl ZkBackend {
 
     /// A key with a history: removed when its newest event is older than the cutoff and its
     /// lock node has no children.
-    async fn prune_key(&self, client: &Client, place: &history::Place, lock: &str, cutoff_ms: i64) -> bool {
+    async fn prune_key(
+        &self,
+        client: &Client,
+        place: &history::Place,
+        lock: &str,
+        cutoff_ms: i64,
+    ) -> bool {
         let Ok(children) = op(client.list_children(&place.parent)).await else {
             return false;
         };
