@@ -13,7 +13,8 @@
 //! - **Age**: an event's ctime is the server's clock; it is compared with this host's clock, so
 //!   a skew of S moves the retention by S (seconds against 30 days).
 //! - **Bounded**: two listings (`/dlock-history`, `/dlock`), then at most 4 candidates per key
-//!   it may remove, from a random place in the list, a few requests each.
+//!   it may remove, from a random place in the list, their ages read in two pipelined batches:
+//!   four round trips when nothing is due.
 
 use std::time::Duration;
 
@@ -57,56 +58,94 @@ impl ZkBackend {
         }
         let start = usize::try_from(crate::history::now_ms()).unwrap_or(0) % names.len();
         let look = names.len().min(most.saturating_mul(4));
+        // Escaped keys are one segment; anything else under these nodes is not dlock's.
+        let candidates: Vec<&String> = names
+            .iter()
+            .cycle()
+            .skip(start)
+            .take(look)
+            .filter(|n| !n.contains('/') && !n.is_empty())
+            .collect();
+        // The ages, pipelined (a session's requests are answered in order): the children of
+        // every candidate's history node, then the stat of each one's newest event, so that a
+        // pass that finds nothing due costs four round trips.
+        let parent = |n: &str| format!("{history_root}/{n}");
+        let histories: Vec<_> = candidates
+            .iter()
+            .filter(|n| known.contains(*n))
+            .map(|n| {
+                let p = parent(n);
+                let listing = client.list_children(&p);
+                (n.to_string(), p, listing)
+            })
+            .collect();
+        let mut newest = Vec::new();
+        for (name, p, listing) in histories {
+            let Ok(children) = op(listing).await else {
+                continue;
+            };
+            let path = match history::newest_first(&children).first() {
+                Some((_, e)) => format!("{p}/{e}"),
+                None => p.clone(),
+            };
+            let stat = client.check_stat(&path);
+            newest.push((name, stat));
+        }
+        let mut due = Vec::new();
+        for (name, stat) in newest {
+            if let Ok(Some(stat)) = op(stat).await
+                && stat.ctime < cutoff_ms
+            {
+                due.push(name);
+            }
+        }
         let mut removed = 0;
-        for name in names.iter().cycle().skip(start).take(look) {
+        for name in due {
             if removed >= most {
                 break;
             }
-            // Escaped keys are one segment; anything else under these nodes is not dlock's.
-            if name.contains('/') || name.is_empty() {
-                continue;
-            }
-            let lock = format!("{lock_root}/{name}");
-            let gone = if known.contains(name) {
-                let place = history::Place {
-                    parent: format!("{history_root}/{name}"),
-                    private: self.digest.is_some(),
-                };
-                self.prune_key(client, &place, &lock, cutoff_ms).await
-            } else {
-                self.prune_lock_node(client, &lock, cutoff_ms).await
+            let place = history::Place {
+                parent: parent(&name),
+                private: self.digest.is_some(),
             };
-            if gone {
+            if self
+                .prune_key(client, &place, &format!("{lock_root}/{name}"))
+                .await
+            {
+                removed += 1;
+            }
+        }
+        let lock_only: Vec<_> = candidates
+            .iter()
+            .filter(|n| !known.contains(*n))
+            .map(|n| {
+                let p = format!("{lock_root}/{n}");
+                let stat = client.check_stat(&p);
+                (p, stat)
+            })
+            .collect();
+        let mut empty = Vec::new();
+        for (p, stat) in lock_only {
+            if let Ok(Some(stat)) = op(stat).await
+                && stat.ctime < cutoff_ms
+                && stat.num_children == 0
+            {
+                empty.push(p);
+            }
+        }
+        for p in empty {
+            if removed >= most {
+                break;
+            }
+            if op(client.delete(&p, None)).await.is_ok() {
                 removed += 1;
             }
         }
         Ok(removed)
     }
 
-    /// A key with a history: removed when its newest event is older than the cutoff and its
-    /// lock node has no children.
-    async fn prune_key(
-        &self,
-        client: &Client,
-        place: &history::Place,
-        lock: &str,
-        cutoff_ms: i64,
-    ) -> bool {
-        let Ok(children) = op(client.list_children(&place.parent)).await else {
-            return false;
-        };
-        let events = history::newest_first(&children);
-        if let Some((_, newest)) = events.first() {
-            match op(client.check_stat(&format!("{}/{newest}", place.parent))).await {
-                Ok(Some(stat)) if stat.ctime < cutoff_ms => {}
-                _ => return false,
-            }
-        } else {
-            match op(client.check_stat(&place.parent)).await {
-                Ok(Some(stat)) if stat.ctime < cutoff_ms => {}
-                _ => return false,
-            }
-        }
+    /// A key with a history found aged out: removed unless its lock node has children.
+    async fn prune_key(&self, client: &Client, place: &history::Place, lock: &str) -> bool {
         if held(client, lock).await {
             return false;
         }
@@ -117,15 +156,6 @@ impl ZkBackend {
         let history_gone = matches!(op(client.check_stat(&place.parent)).await, Ok(None));
         let _ = op(client.delete(lock, None)).await;
         history_gone
-    }
-
-    /// A lock node without history: removed when older than the cutoff and empty.
-    async fn prune_lock_node(&self, client: &Client, lock: &str, cutoff_ms: i64) -> bool {
-        match op(client.check_stat(lock)).await {
-            Ok(Some(stat)) if stat.ctime < cutoff_ms && stat.num_children == 0 => {}
-            _ => return false,
-        }
-        op(client.delete(lock, None)).await.is_ok()
     }
 }
 
