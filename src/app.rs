@@ -6,12 +6,10 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::Instant;
 
-use clap::Parser;
-
 use crate::backend;
 use crate::cli::{Cli, Command};
 use crate::config::{KeyConfig, LockConfig, RunConfig, Wait};
-use crate::exit::{self, Usage};
+use crate::exit;
 use crate::history;
 use crate::keeper::Keeper;
 use crate::lockset;
@@ -40,35 +38,37 @@ pub fn start() -> i32 {
 fn exit_code() -> u8 {
     // A guardian executing itself anew (see `guard`) never gets past this.
     crate::guard::resume_if_asked();
+    crate::trace::init();
     let code = command_code();
+    crate::trace::print();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     crate::hold::fail_the_eval(&args, code);
     code
 }
 
 fn command_code() -> u8 {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::parse_args() {
         Ok(cli) => cli,
         Err(e) => return clap_error(&e),
     };
     match cli.command {
         Command::Run(args) => match RunConfig::from_args(args) {
             Ok(cfg) => run(&cfg),
-            Err(e) => usage(&e),
+            Err(e) => report::usage(&e),
         },
         Command::Acquire(a) => match crate::config::AcquireConfig::from_args(&a) {
             Ok(cfg) => crate::hold::acquire(&cfg),
-            Err(e) => usage(&e),
+            Err(e) => report::usage(&e),
         },
         Command::Release(a) => crate::hold::release(&a),
         Command::Status(a) => match &a.key {
             Some(key) => match KeyConfig::new(&a.backend, key, &a.output) {
                 Ok(cfg) => status(&cfg, a.json),
-                Err(e) => usage(&e),
+                Err(e) => report::usage(&e),
             },
             None => match crate::config::Target::from_args(&a.backend) {
                 Ok(target) => list(&target, crate::model::Verbosity::from(&a.output), a.json),
-                Err(e) => usage(&e),
+                Err(e) => report::usage(&e),
             },
         },
         Command::Log(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
@@ -81,15 +81,15 @@ fn command_code() -> u8 {
                 }
                 history::cmd::log(&cfg, a.runs_n.unwrap_or(a.runs) as usize, a.json)
             }
-            Err(e) => usage(&e),
+            Err(e) => report::usage(&e),
         },
         Command::Break(a) => match KeyConfig::new(&a.backend, &a.key, &a.output) {
             Ok(cfg) => crate::cmd::break_lock::run(&cfg, a.force, a.wait),
-            Err(e) => usage(&e),
+            Err(e) => report::usage(&e),
         },
         Command::Bench(a) => match crate::config::BenchConfig::from_args(&a) {
             Ok(cfg) => crate::bench::run(&cfg),
-            Err(e) => usage(&e),
+            Err(e) => report::usage(&e),
         },
         Command::Doctor(a) => {
             let mut which = a.backend;
@@ -98,7 +98,7 @@ fn command_code() -> u8 {
             }
             match crate::config::Target::from_args(&which) {
                 Ok(target) => crate::doctor::run(&target, a.ttl, a.json),
-                Err(e) => usage(&e),
+                Err(e) => report::usage(&e),
             }
         }
         Command::Prune(a) => match crate::config::Target::from_args(&a.backend) {
@@ -187,29 +187,14 @@ fn did_you_mean(e: &clap::Error) -> Option<String> {
         .map(|long| format!("did you mean '--{long}'?"))
 }
 
-pub(crate) fn usage(e: &Usage) -> u8 {
-    report::usage_error(format_args!("{e}"));
-    exit::USAGE
-}
-
-/// Prints a backend failure as "dlock: BACKEND: cause" and returns its exit code.
-pub(crate) fn fail(backend: &str, err: &anyhow::Error, conflict_code: u8) -> u8 {
-    let code = exit::code_for(err, conflict_code);
-    if code == exit::USAGE {
-        report::usage_error(format_args!("{err:#}"));
-    } else {
-        report::error(format_args!("{backend}: {err:#}"));
-    }
-    code
-}
-
 fn run(run: &RunConfig) -> u8 {
+    crate::trace::stage("parse");
     let cfg = &run.lock;
     report::set_verbosity(cfg.verbosity);
     let name = cfg.target.kind.name();
     // Before any thread exists, so that every thread inherits the mask (see `signals`).
     if let Err(e) = signals::block() {
-        return fail(
+        return report::fail(
             name,
             &anyhow::Error::new(e).context("cannot block signals"),
             0,
@@ -230,10 +215,12 @@ fn run(run: &RunConfig) -> u8 {
         reason: cfg.reason.clone(),
         ..Record::this_process(&run.command)
     };
+    crate::trace::stage("setup");
     let (backend, held) = match take_locks(cfg, &holder, &interrupt) {
         Ok(taken) => taken,
         Err(code) => return code,
     };
+    crate::trace::stage("lock");
     // The command's view: keys and tokens in the order given, the first one as DLOCK_KEY.
     let tokens = held.tokens_of(&cfg.keys);
     let keys_text = cfg.keys_text();
@@ -264,6 +251,7 @@ fn run(run: &RunConfig) -> u8 {
             return code;
         }
     };
+    crate::trace::stage("history");
     let clock = LeaseClock::of(lease.as_ref(), cfg.kill_grace);
     let env = command_env(cfg, &tokens, claims);
     let quiet = report::is_quiet();
@@ -295,11 +283,13 @@ fn run(run: &RunConfig) -> u8 {
         report::verbose(format_args!("started pid {pid}"));
     }
     let ending = supervise::supervise(&child, &rx, &mut keeper, clock, cfg.kill_grace);
+    crate::trace::stage("command");
     let closing = Closing {
         backend: backend.as_ref(),
         run_log: run_log.as_ref(),
     };
     finish(cfg, &keys_text, keeper, &ending, &closing);
+    crate::trace::stage("release");
     ending.code()
 }
 
@@ -325,7 +315,7 @@ pub(crate) fn begin_history(
             Err(cfg.conflict_code)
         }
         Err(history::NotBegun::Failed(e)) => {
-            Err(fail(cfg.target.kind.name(), &e, cfg.conflict_code))
+            Err(report::fail(cfg.target.kind.name(), &e, cfg.conflict_code))
         }
     }
 }
@@ -398,7 +388,8 @@ pub(crate) fn take_locks(
              a server every host shares"
         ));
     }
-    let backend = backend::open(&cfg.target).map_err(|e| fail(name, &e, cfg.conflict_code))?;
+    let backend =
+        backend::open(&cfg.target).map_err(|e| report::fail(name, &e, cfg.conflict_code))?;
     if let Some(why) = backend.unsupported(cfg.mode) {
         report::error(format_args!("{why}"));
         return Err(exit::USAGE);
@@ -429,7 +420,7 @@ pub(crate) fn take_locks(
             } else {
                 e
             };
-            Err(fail(name, &e, cfg.conflict_code))
+            Err(report::fail(name, &e, cfg.conflict_code))
         }
     }
 }
@@ -596,7 +587,7 @@ fn status(cfg: &KeyConfig, json: bool) -> u8 {
             let _ = std::io::stdout().lock().write_all(text.as_bytes());
             0
         }
-        Err(e) => fail(
+        Err(e) => report::fail(
             name,
             &e.context(format!("cannot read the status of '{}'", cfg.key)),
             0,
@@ -647,6 +638,6 @@ fn list(target: &crate::config::Target, verbosity: crate::model::Verbosity, json
             let _ = std::io::stdout().lock().write_all(text.as_bytes());
             0
         }
-        Err(e) => fail(name, &e.context("cannot list the locks"), 0),
+        Err(e) => report::fail(name, &e.context("cannot list the locks"), 0),
     }
 }

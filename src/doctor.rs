@@ -20,7 +20,7 @@ pub(crate) fn run(target: &Target, ttl: Duration, json: bool) -> u8 {
     let location = opened.as_ref().map(|b| b.location()).unwrap_or_default();
     let findings = match opened.and_then(|b| b.doctor(ttl)) {
         Ok(f) => f,
-        Err(e) => return crate::app::fail(name, &e.context("cannot check the server"), 0),
+        Err(e) => return report::fail(name, &e.context("cannot check the server"), 0),
     };
     let code = code_of(&findings);
     let mut out = std::io::stdout().lock();

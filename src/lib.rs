@@ -48,6 +48,7 @@ mod report;
 mod signals;
 mod supervise;
 mod sys;
+mod trace;
 mod waiting;
 
 pub use app::{main, start};

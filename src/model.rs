@@ -278,7 +278,7 @@ pub(crate) struct Record {
     pub owner: Option<OwnerRecord>,
     /// The lease length (`--ttl`) the holder asked for, in milliseconds: with the server's
     /// uptime, it tells `status` whether a young server still holds the lock back
-    /// ([`crate::backend::hold_back_until`]), so that its command has not started.
+    /// ([`crate::clock::hold_back_until`]), so that its command has not started.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
 }
@@ -326,7 +326,7 @@ pub(crate) struct Holder {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub broken: bool,
     /// Set while a young server holds this holder's lock back: how long, in milliseconds,
-    /// before its command may start ([`crate::backend::hold_back_until`]). Its command has not
+    /// before its command may start ([`crate::clock::hold_back_until`]). Its command has not
     /// started yet.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_back_ms: Option<u64>,
@@ -419,7 +419,7 @@ impl Status {
     }
 
     /// Marks the holders that a server up for `uptime_s` seconds still holds back (see
-    /// [`crate::backend::hold_back_until`]): each by its own `--ttl`, as its run counted it. The
+    /// [`crate::clock::hold_back_until`]): each by its own `--ttl`, as its run counted it. The
     /// server started after every holder it knows of was granted, so a holder whose hold-back
     /// from the server's start has not ended has not started its command. Holders whose record
     /// has no TTL (older dlocks, an application's lock) are left as they are.
@@ -428,7 +428,7 @@ impl Status {
             let Some(ttl) = h.ttl_ms.map(Duration::from_millis) else {
                 continue;
             };
-            if let Some(until) = crate::backend::hold_back_until(uptime_s, ttl) {
+            if let Some(until) = crate::clock::hold_back_until(uptime_s, ttl) {
                 h.held_back_ms = Some(until.remaining().as_millis() as u64);
                 self.server_up_s = Some(uptime_s);
             }

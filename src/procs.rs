@@ -2,6 +2,8 @@
 //! reaches the process that was scanned or none. Used to stop a command's whole tree
 //! (`supervise`) and an acquire-held lock's owner with what it started (`hold`).
 
+use crate::sys::ProcStat;
+
 /// A process as scanned: its pid and start time (clock ticks since boot), which together name
 /// it even after the pid is reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,7 +17,7 @@ pub(crate) struct Proc {
 impl Proc {
     /// The process `pid` now, if it exists.
     pub(crate) fn of(pid: libc::pid_t) -> Option<Proc> {
-        read_stat(pid).map(|st| Proc {
+        ProcStat::of(pid).map(|st| Proc {
             pid,
             start: st.start,
         })
@@ -62,7 +64,7 @@ impl Proc {
 
     /// Whether the process under this pid is still the one scanned (same start time).
     fn is_scanned(&self) -> bool {
-        read_stat(self.pid).is_some_and(|st| st.start == self.start)
+        ProcStat::of(self.pid).is_some_and(|st| st.start == self.start)
     }
 
     /// By bare pid: only after a check that makes it safe (or as safe as it gets).
@@ -80,7 +82,7 @@ impl Proc {
     pub(crate) fn signal_child(&self, sigs: &[i32]) -> bool {
         let me = std::process::id() as libc::pid_t;
         ours(()).is_ok()
-            && read_stat(self.pid).is_some_and(|st| st.ppid == me && st.start == self.start)
+            && ProcStat::of(self.pid).is_some_and(|st| st.ppid == me && st.start == self.start)
             && self.kill(sigs)
     }
 }
@@ -90,18 +92,20 @@ impl Proc {
     /// now, or a zombie. A /proc that cannot be read for another reason says nothing (false):
     /// the acquire holder must not stop a live owner because a read failed.
     pub(crate) fn has_exited(&self) -> bool {
-        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
+        match std::fs::read(format!("/proc/{}/stat", self.pid)) {
             Err(e) => {
                 e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
             }
-            Ok(text) => parse_stat(&text).is_some_and(|st| st.exited || st.start != self.start),
+            Ok(text) => {
+                ProcStat::parse(&text).is_some_and(|st| st.exited || st.start != self.start)
+            }
         }
     }
 
     /// Whether this process still runs: it exists, is the one scanned, and has not exited (a
     /// zombie waiting for its parent has).
     pub(crate) fn is_running(&self) -> bool {
-        read_stat(self.pid).is_some_and(|st| !st.exited && st.start == self.start)
+        ProcStat::of(self.pid).is_some_and(|st| !st.exited && st.start == self.start)
     }
 }
 
@@ -145,7 +149,7 @@ fn scan() -> Vec<(libc::pid_t, libc::pid_t, u64)> {
     };
     dir.flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<libc::pid_t>().ok())
-        .filter_map(|pid| read_stat(pid).map(|st| (pid, st.ppid, st.start)))
+        .filter_map(|pid| ProcStat::of(pid).map(|st| (pid, st.ppid, st.start)))
         .collect()
 }
 
@@ -157,7 +161,7 @@ pub(crate) fn group_is_running(pgid: libc::pid_t) -> bool {
     };
     dir.flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<libc::pid_t>().ok())
-        .any(|pid| read_stat(pid).is_some_and(|st| !st.exited && st.pgrp == pgid))
+        .any(|pid| ProcStat::of(pid).is_some_and(|st| !st.exited && st.pgrp == pgid))
 }
 
 /// `Ok(x)` if the /proc mounted here is our PID namespace's (`/proc/self` names us by our own
@@ -171,17 +175,6 @@ fn ours<T>(x: T) -> Result<T, ()> {
     } else {
         Err(())
     }
-}
-
-/// What is read here of a `/proc/PID/stat` line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Stat {
-    /// A zombie (`Z`) or dead (`X`): it has exited, whether or not it was reaped.
-    exited: bool,
-    ppid: libc::pid_t,
-    pgrp: libc::pid_t,
-    /// Start time, clock ticks since boot.
-    start: u64,
 }
 
 /// Why the first of `alive` (processes that outlived SIGKILL) does not die, for messages: it
@@ -219,26 +212,7 @@ pub(crate) fn why_alive(alive: &[Proc]) -> Option<String> {
 
 /// The parent of `pid`, if it exists.
 pub(crate) fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
-    read_stat(pid).map(|st| st.ppid)
-}
-
-/// `/proc/PID/stat`, parsed; `None` if it cannot be read (gone) or parsed.
-fn read_stat(pid: libc::pid_t) -> Option<Stat> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
-/// "pid (comm) state ppid pgrp ... starttime ...": comm may contain spaces and parentheses; the
-/// fields after the last ')' start with state (field 3), so ppid is 1, pgrp 2 and starttime
-/// (22) is 19.
-fn parse_stat(text: &str) -> Option<Stat> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some(Stat {
-        exited: matches!(fields.first(), Some(&"Z" | &"X")),
-        ppid: fields.get(1)?.parse().ok()?,
-        pgrp: fields.get(2)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
-    })
+    ProcStat::of(pid).map(|st| st.ppid)
 }
 
 #[cfg(test)]
@@ -269,24 +243,6 @@ mod tests {
             start: p.start + 1,
         };
         assert!(other.has_exited(), "another start time is another process");
-    }
-
-    #[test]
-    fn stat_lines_are_read_past_any_command_name() {
-        let line = |comm: &str, state: &str| {
-            format!("42 ({comm}) {state} 7 9 9 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 12345 0 0")
-        };
-        let want = Stat {
-            exited: false,
-            ppid: 7,
-            pgrp: 9,
-            start: 12345,
-        };
-        assert_eq!(parse_stat(&line("sh", "S")), Some(want));
-        assert_eq!(parse_stat(&line("a) Z 1 (b", "R")), Some(want));
-        assert!(parse_stat(&line("sh", "Z")).is_some_and(|st| st.exited));
-        assert_eq!(parse_stat("42 (sh) S 7"), None);
-        assert_eq!(parse_stat("garbage"), None);
     }
 
     fn wait_until_zombie(pid: libc::pid_t) {

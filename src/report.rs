@@ -434,6 +434,23 @@ pub(crate) fn broke_text(s: &Status, verb: &str, then: &str) -> String {
     )
 }
 
+/// Prints a usage error (exit 2) and returns its exit code.
+pub(crate) fn usage(e: &crate::exit::Usage) -> u8 {
+    usage_error(format_args!("{e}"));
+    crate::exit::USAGE
+}
+
+/// Prints a backend failure as "dlock: BACKEND: cause" and returns its exit code.
+pub(crate) fn fail(backend: &str, err: &anyhow::Error, conflict_code: u8) -> u8 {
+    let code = crate::exit::code_for(err, conflict_code);
+    if code == crate::exit::USAGE {
+        usage_error(format_args!("{err:#}"));
+    } else {
+        error(format_args!("{backend}: {err:#}"));
+    }
+    code
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

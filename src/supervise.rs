@@ -190,8 +190,7 @@ pub fn spawn(
         message: exec_failure(&name, command.len(), &e),
     };
     // An inherited token (dlock inside dlock) must not pass for ours when we have none.
-    // SAFETY: getpgrp takes nothing and cannot fail.
-    let pgid = unsafe { libc::getpgrp() };
+    let pgid = crate::sys::own_process_group();
     let plan = Plan::new(command, &["DLOCK_FENCING_TOKEN"], env, pgid)
         .map_err(|e| fail(exit::NOT_EXECUTABLE, e))?;
     let guardian = Guardian::start(Box::new(plan), deadline, quiet).map_err(|e| match e {

@@ -1,8 +1,54 @@
 //! A safe break where the mark is a lock of break's own server session, one per holder session
 //! (MySQL/MariaDB, PostgreSQL): which holders to mark, and what `break` then shows.
 
-use super::{BREAK_LOOK_EVERY, Broken, Frees};
-use crate::model::{Deadline, Status};
+use std::time::Duration;
+
+use super::{BREAK_LOOK_EVERY, BreakHow, Broken, Frees};
+use crate::model::{Deadline, Key, Status};
+
+/// How soon a holder sees its mark when its record does not say its `--ttl` (records of older
+/// dlocks): the default TTL's renewal interval (30 s / 3).
+pub(crate) const NOTICE: Duration = Duration::from_secs(10);
+
+/// A backend whose safe break marks holders with locks of break's own server session: the
+/// [`super::Backend`] methods `break_lock` and `await_broken` are these provided ones.
+pub(super) trait SessionMarks {
+    /// Break's session, kept in [`Broken::keep`] while the holders stop.
+    type Kept: 'static;
+
+    /// Marks every dlock holder of `key`, through [`mark_holders`].
+    fn break_safe(&self, key: &Key) -> anyhow::Result<Broken>;
+
+    /// Ends the holders' sessions, which frees their locks at once.
+    fn break_forced(&self, key: &Key) -> anyhow::Result<Broken>;
+
+    /// The status of `key`, read on break's kept session.
+    fn status_on_kept(&self, kept: &Self::Kept, key: &Key) -> anyhow::Result<Status>;
+
+    /// The status of `key`, read on a new session.
+    fn status_fresh(&self, key: &Key) -> anyhow::Result<Status>;
+
+    /// [`super::Backend::break_lock`].
+    fn break_by_marks(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
+        match how {
+            BreakHow::Safe => self.break_safe(key),
+            BreakHow::Force => self.break_forced(key),
+        }
+    }
+
+    /// [`super::Backend::await_broken`]: reads the status on break's own session (the marks'),
+    /// else on a new one, until the broken holders are gone.
+    fn await_marked(&self, key: &Key, broken: &Broken, deadline: Deadline) -> anyhow::Result<bool> {
+        let kept = broken
+            .keep
+            .as_ref()
+            .and_then(|k| k.downcast_ref::<Self::Kept>());
+        await_gone(broken, deadline, || match kept {
+            Some(k) => self.status_on_kept(k, key),
+            None => self.status_fresh(key),
+        })
+    }
+}
 
 /// How many times break looks again for holders it has not marked yet (one that got the lock
 /// while break marked the others, a semaphore slot filled again).
@@ -16,7 +62,6 @@ const ROUNDS: usize = 3;
 pub(crate) fn mark_holders<S: PartialEq + Copy>(
     mut read: impl FnMut() -> anyhow::Result<(Status, Vec<S>)>,
     mut mark: impl FnMut(&[S]) -> anyhow::Result<()>,
-    notice: std::time::Duration,
     keep_of: impl FnOnce() -> Box<dyn std::any::Any>,
 ) -> anyhow::Result<Broken> {
     let (mut status, mut seen) = read()?;
@@ -53,9 +98,9 @@ pub(crate) fn mark_holders<S: PartialEq + Copy>(
         .filter(|h| h.broken)
         .filter_map(|h| h.ttl_ms)
         .max()
-        .map(|ms| std::time::Duration::from_millis(ms / 3));
+        .map(|ms| Duration::from_millis(ms / 3));
     Ok(Broken {
-        frees: Frees::WhenStopped(renewal.unwrap_or(notice)),
+        frees: Frees::WhenStopped(renewal.unwrap_or(NOTICE)),
         status,
         keep: Some(keep_of()),
     })
@@ -126,7 +171,6 @@ mod tests {
                 marked.extend_from_slice(ids);
                 Ok(())
             },
-            std::time::Duration::from_secs(1),
             || Box::new(()),
         )
         .unwrap();
@@ -141,7 +185,6 @@ mod tests {
         let b = mark_holders(
             || Ok(status(&[])),
             |_: &[u32]| panic!("nothing to mark"),
-            std::time::Duration::from_secs(1),
             || Box::new(()),
         )
         .unwrap();

@@ -193,39 +193,7 @@ impl Request<'_> {
     }
 }
 
-/// For a lock just granted by a server that reports an uptime of `uptime_s` seconds: the
-/// instant before which its command must not start, if any. A server that forgot its locks in a
-/// restart (MySQL's GET_LOCKs; the keys of a Redis without persistence, or of a Redlock majority)
-/// grants a lock that a holder from before the restart still believes it holds until its next
-/// renewal fails; that holder's command is gone by its lease deadline, at most one TTL after the
-/// server went down, so at most one TTL after the server started. (Holders of one key are assumed
-/// to use the same TTL.) `None` for a server up for a TTL and a second already.
-///
-/// Both servers count the uptime as whole seconds of the clock now minus whole seconds of the
-/// clock at start (Redis `unixtime - stat_starttime`, MySQL `UNIX_TIMESTAMP()` minus
-/// `UUID_SHORT()`'s start second), so the server may have been up for almost a second less than
-/// it says: a server started at 10.9 s says 1 at 11.0 s. The hold-back counts one second more
-/// (CI saw a command start 2.04 s after a restart with a 3 s TTL without it).
-pub(crate) fn hold_back_until(uptime_s: u64, ttl: Duration) -> Option<BootInstant> {
-    let need = hold_back_span(ttl).as_secs();
-    // Counted from now, when the uptime has been read: the server started less than
-    // `uptime_s + 1` seconds ago.
-    (uptime_s < need).then(|| BootInstant::now() + Duration::from_secs(need - uptime_s))
-}
-
-/// How long after a restart a server's locks are held back: the TTL rounded up to whole
-/// seconds, plus one (see [`hold_back_until`]).
-pub(crate) fn hold_back_span(ttl: Duration) -> Duration {
-    Duration::from_secs(ttl_secs_up(ttl) + 1)
-}
-
-/// `--ttl` in whole seconds, rounded *up* (at least 1): what a server-side timeout or lease
-/// counted in seconds must be so that it never ends before the client's lease. (Rounded down,
-/// MySQL's `wait_timeout` of 1 s for `--ttl 1900ms` freed a cut-off holder's lock while its
-/// command ran on.)
-pub(crate) fn ttl_secs_up(ttl: Duration) -> u64 {
-    (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
-}
+pub(crate) use crate::clock::{hold_back_span, hold_back_until, ttl_secs_up};
 
 /// How many candidate keys `dlock status` without `--key` looks at, at most; when a backend
 /// has more, the list says it was cut. Backends hand over only keys held or waited for where
@@ -512,6 +480,7 @@ impl Reach {
     /// The server answered this process (a handshake or a request completed): from now on a
     /// transport failure is an outage.
     pub(crate) fn connected(&self) {
+        crate::trace::stage("connect");
         self.0.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 

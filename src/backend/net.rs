@@ -236,6 +236,7 @@ pub(crate) fn tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStr
         }
         match TcpStream::connect_timeout(&addr, left) {
             Ok(s) => {
+                crate::trace::stage("connect");
                 s.set_nodelay(true)?;
                 return Ok(s);
             }

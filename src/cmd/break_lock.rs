@@ -29,7 +29,7 @@ pub(crate) fn run(cfg: &KeyConfig, force: bool, wait: Option<Option<Duration>>) 
     report::set_verbosity(cfg.verbosity);
     let name = cfg.target.kind.name();
     let fail = |e: anyhow::Error, code: u8| {
-        crate::app::fail(
+        report::fail(
             name,
             &e.context(format!("cannot break '{}'", cfg.key)),
             code,

@@ -189,6 +189,7 @@ impl Guardian {
             // No guardian exists: errno is ours alone.
             return Err(StartError::Guardian(io::Error::last_os_error()));
         }
+        crate::trace::stage("guardian");
         // Closed without the C library: the guardian may be using `errno` now.
         raw::close(from_dlock.into_raw_fd());
         raw::close(to_dlock.into_raw_fd());
@@ -221,6 +222,7 @@ impl Guardian {
                 }
             }
         };
+        crate::trace::stage("spawn");
         match first {
             Some((from_guard::STARTED, pid)) => g.command = i32::try_from(pid).ok(),
             Some((from_guard::FAILED, errno)) => {

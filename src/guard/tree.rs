@@ -8,7 +8,7 @@
 //! cannot be handed to another process.
 
 use super::buf::Buf;
-use crate::sys::raw;
+use crate::sys::{ProcStat, raw};
 
 /// Sends `sig` to every child of this (single-threaded) process. Reads
 /// `/proc/self/task/PID/children`; without it (a kernel built without `CONFIG_PROC_CHILDREN`),
@@ -78,21 +78,11 @@ fn scan_proc_for_children(me: i32, sig: i32) {
         let mut stat = [0u8; 1024];
         let len = raw::read(fd, &mut stat).unwrap_or(0);
         raw::close(fd);
-        if parent_in_stat(stat.get(..len).unwrap_or_default()) == Some(me) {
+        if ProcStat::parent(stat.get(..len).unwrap_or_default()) == Some(me) {
             let _ = raw::kill(pid, sig);
         }
     });
     raw::close(dir);
-}
-
-/// The parent pid in a `/proc/PID/stat` line: "pid (comm) state ppid …", where comm may hold
-/// spaces and parentheses, so the fields are counted from the last ')'.
-fn parent_in_stat(stat: &[u8]) -> Option<i32> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = stat.get(close.checked_add(1)?..)?;
-    let mut fields = rest.split(|&b| b == b' ').filter(|f| !f.is_empty());
-    let _state = fields.next()?;
-    parse_pid(fields.next()?)
 }
 
 fn parse_pid(name: &[u8]) -> Option<i32> {
@@ -168,11 +158,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parents_are_read_past_any_command_name() {
-        assert_eq!(parent_in_stat(b"12 (sh) S 34 12 12 0"), Some(34));
-        assert_eq!(parent_in_stat(b"12 (a) b (c) S 56 1"), Some(56));
-        assert_eq!(parent_in_stat(b"12 (x"), None);
-        assert_eq!(parent_in_stat(b""), None);
+    fn pids_are_plain_short_numbers() {
         assert_eq!(parse_pid(b"0123"), Some(123));
         assert_eq!(parse_pid(b"12a"), None);
         assert_eq!(parse_pid(b"9999999999"), None);

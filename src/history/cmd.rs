@@ -39,7 +39,7 @@ pub(crate) fn log(cfg: &KeyConfig, n: usize, json: bool) -> u8 {
             let _ = std::io::stdout().lock().write_all(text.as_bytes());
             0
         }
-        Err(e) => crate::app::fail(
+        Err(e) => report::fail(
             name,
             &e.context(format!("cannot read the run history of '{}'", cfg.key)),
             0,

@@ -38,7 +38,7 @@ pub(crate) fn acquire(cfg: &AcquireConfig) -> u8 {
     report::set_verbosity(cfg.lock.verbosity);
     let owner = match resolve_owner(cfg.owner) {
         Ok(o) => o,
-        Err(e) => return crate::app::usage(&e),
+        Err(e) => return report::usage(&e),
     };
     // Blocked before the fork, so that the holder starts with them blocked (it takes them as
     // `dlock run` does) and this side can take them from a descriptor.
@@ -153,18 +153,18 @@ pub(crate) fn fail_the_eval(args: &[std::ffi::OsString], code: u8) {
 pub(crate) fn release(a: &ReleaseArgs) -> u8 {
     report::set_verbosity(Verbosity::from(&a.output));
     let Some(text) = a.handle.as_deref().filter(|h| !h.is_empty()) else {
-        return crate::app::usage(&Usage(
+        return report::usage(&Usage(
             "no handle: give --handle, or set DLOCK_HANDLE as dlock acquire prints it".into(),
         ));
     };
     let socket = match handle::parse(text) {
         Ok(p) => p,
-        Err(e) => return crate::app::usage(&e),
+        Err(e) => return report::usage(&e),
     };
     // Releasing waits for the backend (bounded by its own timeouts).
     let reply = match handle::ask(&socket, handle::RELEASE, Duration::from_secs(120)) {
         Ok(r) => r,
-        Err(e) if e.is::<Usage>() => return crate::app::usage(&Usage(format!("{e}"))),
+        Err(e) if e.is::<Usage>() => return report::usage(&Usage(format!("{e}"))),
         Err(e) => {
             report::error(format_args!("release: {e:#}"));
             return exit::UNAVAILABLE;
@@ -182,7 +182,7 @@ pub(crate) fn release(a: &ReleaseArgs) -> u8 {
                     .into(),
             },
             None => {
-                return crate::app::usage(&Usage(format!(
+                return report::usage(&Usage(format!(
                     "no lock is held under handle {}: released already, or its owner exited",
                     socket.display()
                 )));

@@ -122,19 +122,12 @@ pub(super) fn is_ancestor(pid: u32) -> bool {
         if p <= 1 {
             return false;
         }
-        match parent_of(p) {
-            Some(pp) => p = pp,
+        match i32::try_from(p).ok().and_then(crate::procs::parent_of) {
+            Some(pp) => p = pp.unsigned_abs(),
             None => return false,
         }
     }
     false
-}
-
-/// The parent pid of `pid`, from `/proc/PID/stat` (the field after the command's closing paren).
-pub(super) fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// A lock held by an enclosing run: nothing to renew or release here, but if that run dies the

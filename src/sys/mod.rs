@@ -9,6 +9,7 @@
 
 mod detach;
 mod fs;
+mod proc_stat;
 mod process;
 pub(crate) mod raw;
 mod signal;
@@ -19,6 +20,7 @@ pub(crate) use detach::{
     process_group_of, set_parent_death_signal, setsid, signal_group, to_dev_null,
 };
 pub(crate) use fs::{Inotify, flock, fs_type, ofd_lock, poll_readable, poll_ready};
+pub(crate) use proc_stat::ProcStat;
 pub(crate) use process::{PidFd, become_subreaper, has_pidfds, wait_pid, waitid_exited_nowait};
 pub(crate) use signal::{
     SigSet, Thread, ThreadTimer, block_signals, deadline_signal, install_exiting_handlers,

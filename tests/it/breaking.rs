@@ -28,14 +28,7 @@ fn last_beat(file: &Path) -> u128 {
 
 pub(crate) fn break_stops_the_holder_with_79(b: &TestBackend) {
     let key = unique_key("break");
-    let dir = scratch("break");
-    let m = dir.join("pid");
-    let p = Proc::spawn(&mut b.run(
-        &key,
-        &["--kill-grace", "1s"],
-        &sh(&format!("echo $$ > {}; exec sleep 30", m.display())),
-    ));
-    let child: i32 = wait_for_file(&m, Duration::from_secs(10)).parse().unwrap();
+    let (p, child) = b.hold(&key, &["--kill-grace", "1s"]);
     let broke = Instant::now();
     let out = run_ok(b.cmd("break").args(["-k", &key, "--wait", "30s"]));
     let took = broke.elapsed();
@@ -109,14 +102,7 @@ pub(crate) fn break_never_lets_a_waiter_start_beside_the_holder(b: &TestBackend)
 /// broken command still runs: the output says it is forced), and the holder still stops (79).
 pub(crate) fn forced_break_removes_the_lock_at_once(b: &TestBackend) {
     let key = unique_key("break-force");
-    let dir = scratch("break-force");
-    let m = dir.join("pid");
-    let p = Proc::spawn(&mut b.run(
-        &key,
-        &["--kill-grace", "1s"],
-        &sh(&format!("echo $$ > {}; exec sleep 30", m.display())),
-    ));
-    let child: i32 = wait_for_file(&m, Duration::from_secs(10)).parse().unwrap();
+    let (p, child) = b.hold(&key, &["--kill-grace", "1s"]);
     let out = run_ok(b.cmd("break").args(["-k", &key, "--force"]));
     let said = String::from_utf8(out.stdout).unwrap();
     assert!(

@@ -15,7 +15,6 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::Duration;
 
 use mysql::Conn;
 use mysql::prelude::Queryable;
@@ -23,7 +22,7 @@ use mysql::prelude::Queryable;
 use super::rows::{err_text, last_value};
 use super::{COMMAND_TIMEOUT, MysqlBackend, lock_name, slot_prefix};
 use crate::backend::{Broken, marks};
-use crate::model::{Deadline, Key};
+use crate::model::{Key, Status};
 
 /// Break's connection, which holds the marks.
 type Shared = Rc<RefCell<Conn>>;
@@ -34,13 +33,11 @@ pub(super) fn mark_sql(id: &str) -> String {
     format!("CONCAT('dlock!broken:', {id})")
 }
 
-/// How soon a holder sees the mark: its renewal interval, a third of its `--ttl`, which break
-/// cannot know (the holder's record does not carry it): the default's (30 s / 3).
-const NOTICE: Duration = Duration::from_secs(10);
+impl marks::SessionMarks for MysqlBackend {
+    type Kept = Shared;
 
-impl MysqlBackend {
     /// A safe break: marks every dlock holder of `key` (see the module doc).
-    pub(super) fn break_safe(&self, key: &Key) -> anyhow::Result<Broken> {
+    fn break_safe(&self, key: &Key) -> anyhow::Result<Broken> {
         let mut con = self.connect(COMMAND_TIMEOUT)?;
         // The marks live as long as this connection: the server must not drop it as idle
         // (a server-wide `wait_timeout` may be short) while the holders stop. A break whose host
@@ -61,31 +58,20 @@ impl MysqlBackend {
                 }
                 Ok(())
             },
-            NOTICE,
             || Box::new(con.clone()) as Box<dyn std::any::Any>,
         )
     }
 
-    /// After a safe break: reads the status on break's own connection (the mark's), else on a
-    /// new one.
-    pub(super) fn await_marked(
-        &self,
-        key: &Key,
-        broken: &Broken,
-        deadline: Deadline,
-    ) -> anyhow::Result<bool> {
-        let kept = broken
-            .keep
-            .as_ref()
-            .and_then(|k| k.downcast_ref::<Shared>());
-        marks::await_gone(broken, deadline, || match kept {
-            Some(con) => Ok(self.status_on(&mut con.borrow_mut(), key)?.0),
-            None => self.status_of(key),
-        })
+    fn status_on_kept(&self, con: &Shared, key: &Key) -> anyhow::Result<Status> {
+        Ok(self.status_on(&mut con.borrow_mut(), key)?.0)
+    }
+
+    fn status_fresh(&self, key: &Key) -> anyhow::Result<Status> {
+        self.status_of(key)
     }
 
     /// `--force`: ends the holders' connections, which frees their locks at once.
-    pub(super) fn break_forced(&self, key: &Key) -> anyhow::Result<Broken> {
+    fn break_forced(&self, key: &Key) -> anyhow::Result<Broken> {
         let mut con = self.connect(COMMAND_TIMEOUT)?;
         let (status, ids) = self.status_on(&mut con, key)?;
         // The holders status shows, and a holder of the key's name it does not show (an
@@ -119,7 +105,9 @@ impl MysqlBackend {
         }
         Ok(Broken::now(status))
     }
+}
 
+impl MysqlBackend {
     /// Whether a break's mark is on the holder with connection `id`.
     pub(super) fn marked(&self, con: &mut Conn, id: u64) -> bool {
         last_value::<Option<i64>>(

@@ -49,6 +49,7 @@ use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder};
 use sha2::{Digest, Sha256};
 
+use super::marks::SessionMarks;
 use super::{Backend, BreakHow, Broken, Lease, Reach, RenewError, Request};
 use crate::backend::Grant;
 use crate::clock::BootInstant;
@@ -374,10 +375,7 @@ impl Backend for MysqlBackend {
     }
 
     fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
-        match how {
-            BreakHow::Safe => self.break_safe(key),
-            BreakHow::Force => self.break_forced(key),
-        }
+        self.break_by_marks(key, how)
     }
 
     fn await_broken(

@@ -16,12 +16,11 @@
 //! never run beside anyone.
 
 use std::rc::Rc;
-use std::time::Duration;
 
 use super::rows::cell;
 use super::{COMMAND_TIMEOUT, PgBackend, Session, advisory_on, status};
 use crate::backend::{Backend, Broken, marks};
-use crate::model::{Deadline, Key};
+use crate::model::{Key, Status};
 
 /// The first key of a mark (`pg_advisory_lock(MARK_CLASS, pid)`): "dlkb" in ASCII.
 pub(super) const MARK_CLASS: i32 = 0x646c_6b62;
@@ -45,13 +44,11 @@ pub(super) fn check_sql(held: i64) -> String {
     )
 }
 
-/// How soon a holder sees the mark: its check interval, a third of its `--ttl`, which break
-/// cannot know (the holder's record does not carry it): the default's (30 s / 3).
-const NOTICE: Duration = Duration::from_secs(10);
+impl marks::SessionMarks for PgBackend {
+    type Kept = Rc<Session>;
 
-impl PgBackend {
     /// A safe break: marks every dlock holder of `key` (see the module doc).
-    pub(super) fn break_safe(&self, key: &Key) -> anyhow::Result<Broken> {
+    fn break_safe(&self, key: &Key) -> anyhow::Result<Broken> {
         let rt = self.runtime()?;
         let s = Rc::new(rt.block_on(async {
             let s = self.connect("dlock break").await?;
@@ -89,34 +86,20 @@ impl PgBackend {
                 rt.block_on(self.simple(&s.client, &sql, COMMAND_TIMEOUT, "take the break's mark"))
                     .map(drop)
             },
-            NOTICE,
             || Box::new(s.clone()) as Box<dyn std::any::Any>,
         )
     }
 
-    /// After a safe break: reads the status on break's own session (the mark's), else on a new
-    /// one.
-    pub(super) fn await_marked(
-        &self,
-        key: &Key,
-        broken: &Broken,
-        deadline: Deadline,
-    ) -> anyhow::Result<bool> {
-        let Some(s) = broken
-            .keep
-            .as_ref()
-            .and_then(|k| k.downcast_ref::<Rc<Session>>())
-        else {
-            return marks::await_gone(broken, deadline, || self.status(key));
-        };
-        let rt = self.runtime()?;
-        marks::await_gone(broken, deadline, || {
-            rt.block_on(self.status_on(&s.client, key))
-        })
+    fn status_on_kept(&self, s: &Rc<Session>, key: &Key) -> anyhow::Result<Status> {
+        self.runtime()?.block_on(self.status_on(&s.client, key))
+    }
+
+    fn status_fresh(&self, key: &Key) -> anyhow::Result<Status> {
+        self.status(key)
     }
 
     /// `--force`: ends the holders' sessions, which frees their locks at once.
-    pub(super) fn break_forced(&self, key: &Key) -> anyhow::Result<Broken> {
+    fn break_forced(&self, key: &Key) -> anyhow::Result<Broken> {
         let rt = self.runtime()?;
         let status = rt.block_on(async {
             let s = self.connect("dlock break").await?;

@@ -48,6 +48,7 @@ use tokio_postgres::{Client, NoTls};
 use self::rows::cell;
 
 use self::lease::PgLease;
+use super::marks::SessionMarks;
 use super::{Backend, BreakHow, Broken, Lease, Reach, Request};
 use crate::backend::Grant;
 use crate::clock::BootInstant;
@@ -124,7 +125,7 @@ impl std::fmt::Display for Connect {
 }
 
 /// A connection and what tells when it ended.
-struct Session {
+pub(super) struct Session {
     client: Client,
     /// Set to true when the connection task ends (the server closed it, or it broke).
     ended: tokio::sync::watch::Receiver<bool>,
@@ -612,10 +613,7 @@ impl Backend for PgBackend {
     }
 
     fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {
-        match how {
-            BreakHow::Safe => self.break_safe(key),
-            BreakHow::Force => self.break_forced(key),
-        }
+        self.break_by_marks(key, how)
     }
 
     fn await_broken(
