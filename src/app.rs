@@ -107,9 +107,9 @@ fn command_code() -> u8 {
                     report::set_verbosity(crate::model::Verbosity::from(&a.output));
                     history::retention::prune_all(b.as_ref(), a.older_than, a.output.quiet)
                 }
-                Err(e) => fail(target.kind.name(), &e, exit::DEFAULT_CONFLICT),
+                Err(e) => report::fail(target.kind.name(), &e, exit::DEFAULT_CONFLICT),
             },
-            Err(e) => usage(&e),
+            Err(e) => report::usage(&e),
         },
         Command::Completions(a) => {
             let mut out = std::io::stdout().lock();
