@@ -48,49 +48,96 @@ impl MysqlBackend {
         let most = most.clamp(1, 100_000);
         let rows = most.saturating_mul(ROWS_PER_KEY);
         let mut con = self.connect(super::COMMAND_TIMEOUT)?;
-        // Only numbers of ours in the text.
-        // The delete first: two prunes then take row locks in one order (the primary key's)
-        // and wait for each other instead of deadlocking; the floor is raised in the same
-        // transaction, before anyone can take a removed key (their GET_LOCK waits for this
-        // connection to close).
-        let counters = format!(
-            "SET @dlock_cut = CAST({CLOCK_US} AS SIGNED) - {us}; \
-             BEGIN; \
-             DELETE FROM {TABLE} WHERE fence < @dlock_cut AND name <> '{FLOOR}' \
-               AND IS_USED_LOCK(name) IS NULL AND GET_LOCK(name, 0) = 1 LIMIT {most}; \
-             SET @dlock_gone = ROW_COUNT(); \
-             INSERT INTO {TABLE} (name, fence, holder, connection_id) \
-               SELECT '{FLOOR}', @dlock_cut, '', 0 FROM DUAL WHERE @dlock_gone > 0 \
-               ON DUPLICATE KEY UPDATE fence = GREATEST(fence, VALUES(fence)); \
-             COMMIT; \
-             SELECT @dlock_gone"
-        );
-        let history = format!(
-            "DELETE r FROM dlock_runs r JOIN (SELECT id FROM (SELECT id, at FROM dlock_runs \
-               ORDER BY id LIMIT {rows}) o WHERE at < UTC_TIMESTAMP(3) - INTERVAL {us} MICROSECOND) c \
-               ON r.id = c.id; \
-             SELECT ROW_COUNT()"
-        );
+        // What is due is found by plain reads, which lock nothing: when nothing is, no lock is
+        // taken at all (a prune scanning under InnoDB's next-key locks held a concurrent
+        // acquire's insert up, and could deadlock with it). The deletes then name rows by
+        // primary key. Only numbers and hex literals of ours in the text.
         let mut removed = 0usize;
-        for (sql, per_key) in [(counters, 1), (history, ROWS_PER_KEY - 1)] {
+        let due = format!(
+            "SELECT name FROM {TABLE} WHERE fence < CAST({CLOCK_US} AS SIGNED) - {us} \
+             AND name <> '{FLOOR}' LIMIT {most}"
+        );
+        let names = match column::<Vec<u8>>(&mut con, &due, most) {
+            Ok(n) => n,
+            Err(mysql::Error::MySqlError(e)) if e.code == 1146 => Vec::new(),
+            Err(e) => return Err(self.fail(e).context("cannot prune")),
+        };
+        if !names.is_empty() {
+            let list: Vec<String> = names
+                .iter()
+                .map(|n| format!("X'{}'", hex_bytes(n)))
+                .collect();
+            // The floor is raised in the same transaction, before anyone can take a removed key
+            // (their GET_LOCK waits for this connection to close).
+            let sql = format!(
+                "SET @dlock_cut = CAST({CLOCK_US} AS SIGNED) - {us}; \
+                 BEGIN; \
+                 DELETE FROM {TABLE} WHERE name IN ({list}) AND fence < @dlock_cut \
+                   AND IS_USED_LOCK(name) IS NULL AND GET_LOCK(name, 0) = 1; \
+                 SET @dlock_gone = ROW_COUNT(); \
+                 INSERT INTO {TABLE} (name, fence, holder, connection_id) \
+                   SELECT '{FLOOR}', @dlock_cut, '', 0 FROM DUAL WHERE @dlock_gone > 0 \
+                   ON DUPLICATE KEY UPDATE fence = GREATEST(fence, VALUES(fence)); \
+                 COMMIT; \
+                 SELECT @dlock_gone",
+                list = list.join(",")
+            );
             let mut result = last_value::<i64>(&mut con, &sql);
             // A deadlock rolled the transaction back whole (nothing removed): once more.
             if matches!(&result, Err(mysql::Error::MySqlError(e)) if e.code == 1213) {
                 let _ = con.query_drop("ROLLBACK");
                 result = last_value::<i64>(&mut con, &sql);
             }
-            match result {
-                Ok(n) => {
-                    let n = usize::try_from(n.unwrap_or(0)).unwrap_or(0);
-                    removed = removed.max(n.div_ceil(per_key));
-                }
-                // A table that does not exist yet holds nothing.
-                Err(mysql::Error::MySqlError(e)) if e.code == 1146 => {}
-                Err(e) => return Err(self.fail(e).context("cannot prune")),
-            }
+            let n = result.map_err(|e| self.fail(e).context("cannot prune"))?;
+            removed = usize::try_from(n.unwrap_or(0)).unwrap_or(0);
         }
+        let old = format!(
+            "SELECT id FROM (SELECT id, at FROM dlock_runs ORDER BY id LIMIT {rows}) o \
+             WHERE at < UTC_TIMESTAMP(3) - INTERVAL {us} MICROSECOND"
+        );
+        let ids = match column::<u64>(&mut con, &old, rows) {
+            Ok(ids) => ids,
+            Err(mysql::Error::MySqlError(e)) if e.code == 1146 => Vec::new(),
+            Err(e) => return Err(self.fail(e).context("cannot prune")),
+        };
+        for chunk in ids.chunks(1000) {
+            let list: Vec<String> = chunk.iter().map(u64::to_string).collect();
+            con.query_drop(format!(
+                "DELETE FROM dlock_runs WHERE id IN ({})",
+                list.join(",")
+            ))
+            .map_err(|e| self.fail(e).context("cannot prune"))?;
+        }
+        removed = removed.max(ids.len().div_ceil(ROWS_PER_KEY - 1));
         // Closing the connection lets go of the GET_LOCKs, after the commit.
         drop(con);
         Ok(removed)
     }
+}
+
+/// The first column of `sql`'s rows, at most `most` of them; a cell that is not a `T` is
+/// skipped (the server is not trusted).
+fn column<T: mysql::prelude::FromValue>(
+    con: &mut mysql::Conn,
+    sql: &str,
+    most: usize,
+) -> mysql::Result<Vec<T>> {
+    let _stop = crate::signals::HardStop::arm(super::HARD_LIMIT, "mysql");
+    let mut out = Vec::new();
+    let mut result = con.query_iter(sql)?;
+    while let Some(set) = result.iter() {
+        for row in set {
+            let row = row?;
+            if out.len() < most
+                && let Some(Ok(v)) = row.get_opt::<T, usize>(0)
+            {
+                out.push(v);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn hex_bytes(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
 }
