@@ -247,11 +247,12 @@ impl MysqlBackend {
         let meta = rows::record_text(holder)?;
         // Text protocol: the values are hex literals, so nothing needs escaping.
         let seed = retention::first_token();
+        let read = retention::READ_FLOOR;
         let upsert = "ON DUPLICATE KEY UPDATE fence = fence + 1, holder = VALUES(holder), \
                       connection_id = VALUES(connection_id)";
         let sql = if name == counter {
             format!(
-                "INSERT INTO {TABLE} (name, fence, holder, connection_id) \
+                "{read}INSERT INTO {TABLE} (name, fence, holder, connection_id) \
                  VALUES (X'{n}', {seed}, CONVERT(X'{m}' USING utf8mb4), CONNECTION_ID()) {upsert}; \
                  SELECT fence, {conflict}, {UPTIME} FROM {TABLE} WHERE name = X'{n}'",
                 n = hex(name),
@@ -270,7 +271,7 @@ impl MysqlBackend {
             };
             // One transaction: one log flush instead of two or three.
             format!(
-                "BEGIN; \
+                "{read}BEGIN; \
                  INSERT INTO {TABLE} (name, fence, holder, connection_id) \
                  VALUES (X'{c}', {seed}, '', 0) ON DUPLICATE KEY UPDATE fence = fence + 1; \
                  SELECT fence INTO @dlock_fence FROM {TABLE} WHERE name = X'{c}'; \

@@ -31,12 +31,16 @@ const ROWS_PER_KEY: usize = 201;
 /// The server clock in µs, as counters start from it.
 const CLOCK_US: &str = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)";
 
-/// SQL: the first fencing token of a new counter: the clock in µs, or one past the floor.
+/// SQL run before a counter may be created: reads the floor into `@dlock_floor` with a plain
+/// (non-locking) read. Read inside the `INSERT` as a subquery it took a shared lock on the
+/// floor's gap in every acquire, and two first uses of keys deadlocked on it.
+pub(super) const READ_FLOOR: &str = "SET @dlock_floor = NULL; \
+    SELECT fence INTO @dlock_floor FROM dlock_locks WHERE name = 'dlock!floor'; ";
+
+/// SQL: the first fencing token of a new counter: the clock in µs, or one past the floor
+/// ([`READ_FLOOR`] ran first).
 pub(super) fn first_token() -> String {
-    format!(
-        "GREATEST({CLOCK_US}, (SELECT COALESCE(MAX(fence), 0) + 1 FROM \
-         (SELECT fence FROM {TABLE} WHERE name = '{FLOOR}') AS dlock_floor))"
-    )
+    format!("GREATEST({CLOCK_US}, COALESCE(@dlock_floor, 0) + 1)")
 }
 
 impl MysqlBackend {
