@@ -216,7 +216,13 @@ fn run(run: &RunConfig) -> u8 {
         ..Record::this_process(&run.command)
     };
     crate::trace::stage("setup");
-    let (backend, held) = match take_locks(cfg, &holder, &interrupt) {
+    // The start of the run, for a backend to record in the lock's own round trips.
+    let opening = (cfg.history
+        && cfg.once_per.is_none()
+        && cfg.mode == Mode::Exclusive
+        && cfg.keys.len() == 1)
+        .then(|| history::Opening::new(&holder));
+    let (backend, held) = match take_locks_with(cfg, &holder, &interrupt, opening.as_ref()) {
         Ok(taken) => taken,
         Err(code) => return code,
     };
@@ -239,12 +245,34 @@ fn run(run: &RunConfig) -> u8 {
         interrupt.fire(r.signal);
     }
     if let Some(sig) = interrupt.fired() {
-        // A signal arrived as the lock was granted: do not start the command at all.
-        release(name, &keys_text, lease);
-        return exit::signal_code(sig);
+        // A signal arrived as the lock was granted: do not start the command at all (a start
+        // recorded with the lock gets its end).
+        let code = exit::signal_code(sig);
+        match &opening {
+            Some(o) => {
+                let ending = history::Ending {
+                    code: Some(code.into()),
+                    signal: Some(sig.into()),
+                    note: Some("the command did not start".into()),
+                    ..history::Ending::default()
+                };
+                let log = history::RunLog::opened(o, &cfg.keys);
+                release_run(
+                    name,
+                    &keys_text,
+                    lease,
+                    backend.as_ref(),
+                    Some(&log),
+                    ending,
+                );
+            }
+            None => release(name, &keys_text, lease),
+        }
+        return code;
     }
     let mut lease = lease;
-    let run_log = match begin_history(cfg, lease.as_mut(), &holder, tokens[0]) {
+    let run_log = match begin_history_of(cfg, lease.as_mut(), &holder, tokens[0], opening.as_ref())
+    {
         Ok(log) => log,
         Err(code) => {
             release(name, &keys_text, lease);
@@ -302,10 +330,22 @@ pub(crate) fn begin_history(
     holder: &Record,
     token: Option<u64>,
 ) -> Result<Option<history::RunLog>, u8> {
+    begin_history_of(cfg, lease, holder, token, None)
+}
+
+/// [`begin_history`] of a run whose start was made before its lock was taken (and may be
+/// recorded already: [`history::Opening`]).
+fn begin_history_of(
+    cfg: &LockConfig,
+    lease: &mut dyn backend::Lease,
+    holder: &Record,
+    token: Option<u64>,
+    opening: Option<&history::Opening>,
+) -> Result<Option<history::RunLog>, u8> {
     if !cfg.history {
         return Ok(None);
     }
-    match history::RunLog::begin(lease, &cfg.keys, holder, token, cfg.once_per) {
+    match history::RunLog::begin(lease, &cfg.keys, holder, token, cfg.once_per, opening) {
         Ok(log) => Ok(log),
         Err(history::NotBegun::Skipped(line)) => {
             // An expected skip: `-q` hides it, and `-E 0` makes it a quiet success.
@@ -380,6 +420,16 @@ pub(crate) fn take_locks(
     holder: &Record,
     interrupt: &signals::Interrupt,
 ) -> Result<(Box<dyn backend::Backend>, lockset::Held), u8> {
+    take_locks_with(cfg, holder, interrupt, None)
+}
+
+/// [`take_locks`], handing the backend the run's start to record with the lock where it can.
+fn take_locks_with(
+    cfg: &LockConfig,
+    holder: &Record,
+    interrupt: &signals::Interrupt,
+    start: Option<&history::Opening>,
+) -> Result<(Box<dyn backend::Backend>, lockset::Held), u8> {
     let name = cfg.target.kind.name();
     if cfg.implicit_backend && cfg.once_per.is_some() {
         report::warn(format_args!(
@@ -410,6 +460,7 @@ pub(crate) fn take_locks(
         holder,
         interrupt,
         look_up: Some(&cfg.target),
+        start,
     };
     match lockset::acquire(backend.as_ref(), &want) {
         Ok(held) => Ok((backend, held)),

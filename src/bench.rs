@@ -296,6 +296,7 @@ fn request<'a>(
         holder,
         interrupt,
         on_holder,
+        start: None,
     }
 }
 

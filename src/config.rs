@@ -62,9 +62,57 @@ impl Target {
         }
         Ok(Target {
             kind,
-            urls: args.urls.clone(),
+            urls: args.urls.iter().map(|u| absolute_query_paths(u)).collect(),
         })
     }
+}
+
+/// The query parameters that name a file (a CA certificate), relative to the directory dlock
+/// runs in.
+const PATH_PARAMS: &[&str] = &["sslrootcert", "ssl-ca", "ssl_ca", "sslca"];
+
+/// `url` with the files its query names ([`PATH_PARAMS`]) made absolute against the current
+/// directory: the acquire holder works in `/` once it holds the lock, and opens the backend
+/// again from there (a lost lease's end is recorded on a new connection). Anything else, and
+/// a URL without such a parameter, is left as it is.
+fn absolute_query_paths(url: &str) -> String {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_string();
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| {
+            let Some((k, v)) = pair
+                .split_once('=')
+                .filter(|(k, _)| PATH_PARAMS.contains(k))
+            else {
+                return pair.to_string();
+            };
+            let Some(bytes) = crate::backend::percent_decode(v) else {
+                return pair.to_string();
+            };
+            let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&bytes));
+            if bytes.is_empty() || path.is_absolute() {
+                return pair.to_string();
+            }
+            match std::path::absolute(path) {
+                Ok(abs) => {
+                    let mut v = String::new();
+                    for b in abs.into_os_string().into_vec() {
+                        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+                            v.push(char::from(b));
+                        } else {
+                            v.push_str(&format!("%{b:02X}"));
+                        }
+                    }
+                    format!("{k}={v}")
+                }
+                Err(_) => pair.to_string(),
+            }
+        })
+        .collect();
+    format!("{base}?{}", pairs.join("&"))
 }
 
 /// How long to wait for a busy lock.
@@ -622,6 +670,19 @@ mod tests {
         assert_eq!(redact("redis://h:1"), "redis://h:1");
         assert_eq!(redact("redis://user@h"), "redis://user@h");
         assert_eq!(redact("file:///tmp/x@y:z"), "file:///tmp/x@y:z");
+        let here = std::env::current_dir().unwrap();
+        let here = here.to_str().unwrap();
+        assert_eq!(
+            absolute_query_paths("postgres://h/db?sslmode=verify-ca&sslrootcert=c%20a.pem&x=y"),
+            format!("postgres://h/db?sslmode=verify-ca&sslrootcert={here}/c%20a.pem&x=y")
+        );
+        for same in [
+            "mysql://h/db?ssl-mode=REQUIRED&ssl-ca=/etc/ca.pem",
+            "redis://h:1",
+            "postgres://h/db?sslrootcert=",
+        ] {
+            assert_eq!(absolute_query_paths(same), same);
+        }
     }
 
     #[test]

@@ -246,6 +246,7 @@ mod tests {
             holder: &Holder::default(),
             interrupt: &interrupt,
             on_holder: &|_| {},
+            start: None,
         })
         .unwrap()
     }

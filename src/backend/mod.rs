@@ -32,6 +32,8 @@ pub(crate) mod zookeeper;
 
 use std::time::Duration;
 
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+pub(crate) use self::support::absolute;
 #[cfg(any(feature = "zookeeper", feature = "postgres"))]
 pub(crate) use self::support::async_runtime;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
@@ -164,6 +166,11 @@ pub(crate) struct Request<'a> {
     /// Told who holds the lock whenever the backend learns it while waiting (for the progress
     /// line); called on the waiting thread.
     pub on_holder: &'a dyn Fn(&Holder),
+    /// The run's start event, to record in the acquisition's own round trips where the backend
+    /// can ([`crate::history::Opening`]); its lease's [`Lease::begin_run`] then answers
+    /// [`Begun::Started`] without another. Only for one exclusive key without `--once-per`;
+    /// a backend that cannot ignores it (`begin_run` writes the start then).
+    pub start: Option<&'a crate::history::Opening>,
 }
 
 impl Request<'_> {

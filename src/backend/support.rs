@@ -42,12 +42,27 @@ pub(crate) fn async_runtime(
 /// The system's trusted CA certificates (`SSL_CERT_FILE`/`SSL_CERT_DIR` honoured), for the
 /// backends that do TLS with rustls themselves (Redis, PostgreSQL).
 #[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
+///
+/// Read once per process: `SSL_CERT_FILE` and `SSL_CERT_DIR` may be relative to the caller's
+/// directory, which the acquire holder leaves once it holds the lock (it reconnects from `/`).
 pub(crate) fn system_roots() -> rustls::RootCertStore {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
-    }
-    roots
+    static ROOTS: std::sync::OnceLock<rustls::RootCertStore> = std::sync::OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+            roots
+        })
+        .clone()
+}
+
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+/// `path` made absolute against the current directory (as it is now), unchanged if that
+/// cannot be read: a path read again later, after the acquire holder moved to `/`.
+pub(crate) fn absolute(path: std::path::PathBuf) -> std::path::PathBuf {
+    std::path::absolute(&path).unwrap_or(path)
 }
 
 /// The key an [`escape_key`]d name stands for, if it is one.

@@ -24,12 +24,15 @@ unsafe extern "C" {
 /// (orphans are re-parented without a signal to their new parent).
 const KILL_ROUND: Duration = Duration::from_millis(10);
 
+/// A watchdog's kill round once a second of rounds has not ended what it watches.
+const SLOW_KILL_ROUND: Duration = Duration::from_millis(100);
+
 /// The guardian's name (`ps`, `/proc/PID/comm`), which is also the first argument of a guardian
 /// executing itself anew. Not "dlock…": `pkill -9 dlock` would kill dlock and its guardian at
 /// once, the one case a guardian cannot cover.
 const NAME: &std::ffi::CStr = c"d-lock-guard";
 /// The second argument of a guardian executing itself anew; anything else is not one.
-const RESUME_MARK: &[u8] = b"--resume-guardian-v1";
+const RESUME_MARK: &[u8] = b"--resume-guardian-v2";
 
 /// The guardian's whole state: on its own stack, or passed through `execve`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -62,21 +65,39 @@ struct Guard {
     /// The signals dlock forwards (bit N-1 for signal N): one sent to the guardian — a
     /// command's `kill $PPID` — is passed on to dlock, as it reached dlock before.
     forward: u64,
+    /// A watchdog (`dlock acquire`'s holder is "dlock"): no command; it watches the owner
+    /// below, and kills it and its group when killing.
+    watching: bool,
+    /// The owner's process group (0: none, or no longer to be signalled: seen empty).
+    group: i32,
+    /// The owner (0: none, or seen gone), its start time, and a pidfd of it (-1: none).
+    owner: i32,
+    owner_start: u64,
+    owner_fd: i32,
 }
 
 /// The guardian's first function, on its own stack (`clone` in [`super::Guardian::start`]).
 pub(super) extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
-    // First, so that nothing the command starts can be re-parented past us; then out of
-    // dlock's process group before the command exists (a `kill -9` of that group, as
-    // `timeout -s KILL` sends, must not reach the guardian), and every signal blocked (taken
-    // from a descriptor below; the command unblocks its own).
-    let _ = raw::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    // SAFETY: `arg` is the `Setup` that `start` keeps alive until we report below (a
+    // watchdog's is never freed).
+    let setup = unsafe { &mut *arg.cast::<Setup<'_>>() };
+    // First, so that nothing the command starts can be re-parented past us (a watchdog starts
+    // nothing); then out of dlock's process group before the command exists (a `kill -9` of
+    // that group, as `timeout -s KILL` sends, must not reach the guardian), and every signal
+    // blocked (taken from a descriptor below; the command unblocks its own).
+    if setup.plan.is_some() {
+        let _ = raw::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    }
     let _ = raw::setpgid(0, 0);
     raw::block_all_signals();
-    // SAFETY: `arg` is the `Setup` that `start` keeps alive until we report below.
-    let setup = unsafe { &mut *arg.cast::<Setup<'_>>() };
-    for fd in setup.dlock_ends {
-        raw::close(fd);
+    for fd in setup.dlock_ends.into_iter().chain(setup.close) {
+        if fd >= 0 {
+            raw::close(fd);
+        }
+    }
+    if setup.stderr_to >= 0 {
+        let _ = raw::dup3(setup.stderr_to, 2);
+        raw::close(setup.stderr_to);
     }
     let mut g = Guard {
         dlock: setup.dlock,
@@ -94,19 +115,26 @@ pub(super) extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
         },
         quiet: setup.quiet,
         forward: setup.forward,
+        watching: setup.plan.is_none(),
+        group: setup.watch.group,
+        owner: setup.watch.owner,
+        owner_start: setup.watch.owner_start,
+        owner_fd: setup.watch.owner_fd,
         ..Guard::default()
     };
-    // dlock's main thread waits for our report, so the C library may still be used here (the
-    // launch clones and, if the exec fails, waits).
-    match setup.plan.launch() {
-        Ok(pid) => {
+    // dlock's main thread waits for a guardian's report, so the C library may still be used
+    // here (the launch clones and, if the exec fails, waits). A watchdog's holder does not
+    // wait: it uses raw system calls only, from its first instruction.
+    match setup.plan.as_mut().map(|p| p.launch()) {
+        Some(Ok(pid)) => {
             g.child = pid;
             g.tell(from_guard::STARTED, pid as u64);
         }
-        Err(errno) => {
+        Some(Err(errno)) => {
             g.tell(from_guard::FAILED, errno as u64);
             raw::exit(0);
         }
+        None => g.tell(from_guard::STARTED, 0),
     }
     // From here on, dlock runs on and frees `setup`: only `g` and raw system calls.
     g.settle();
@@ -136,7 +164,11 @@ impl Guard {
     fn run(mut self) -> ! {
         loop {
             self.read_messages();
-            let empty = self.reap();
+            let empty = if self.watching {
+                self.killing && self.watched_gone()
+            } else {
+                self.reap()
+            };
             if let (Some(status), false) = (self.status, self.told_exit) {
                 self.told_exit = true;
                 self.tell(from_guard::EXITED, status as u64);
@@ -161,7 +193,9 @@ impl Guard {
                 self.tell(from_guard::LEFTOVERS, 0);
                 self.kick();
             }
-            if self.killing {
+            if self.killing && self.watching {
+                self.kill_watched();
+            } else if self.killing {
                 if self.status.is_none() {
                     // Our unreaped child: by pid, in case /proc cannot list our children.
                     let _ = raw::kill(self.child, libc::SIGKILL);
@@ -189,12 +223,15 @@ impl Guard {
                 Ok(n) => {
                     for m in buf.get(..n).unwrap_or_default().chunks_exact(MESSAGE) {
                         match decode(m) {
-                            Some((to_guard::SIGNAL, sig)) if self.status.is_none() => {
+                            Some((to_guard::SIGNAL, sig))
+                                if self.status.is_none() && self.child > 0 =>
+                            {
                                 // Our unreaped child: its pid cannot have been recycled.
                                 let _ = raw::kill(self.child, sig as i32);
                             }
                             Some((to_guard::DEADLINE, ns)) => self.deadline_ns = ns,
                             Some((to_guard::KILL, _)) => self.killing = true,
+                            Some((to_guard::DISMISS, _)) => raw::exit(0),
                             _ => {}
                         }
                     }
@@ -203,6 +240,50 @@ impl Guard {
                 Err(_) => return, // EAGAIN: nothing more
             }
         }
+    }
+
+    /// A watchdog's test of the end: neither the owner nor any process of its group runs any
+    /// more. A group seen empty is forgotten for good: its id may be handed out again
+    /// (`hold/owner.rs`, "process groups").
+    fn watched_gone(&mut self) -> bool {
+        if self.owner != 0 && !self.owner_runs() {
+            self.owner = 0;
+        }
+        if self.group != 0 && !tree::group_runs(self.group) {
+            self.group = 0;
+        }
+        self.owner == 0 && self.group == 0
+    }
+
+    /// Whether the owner still runs: its pidfd is not readable, or (without pidfds) its pid
+    /// still names a live process started when it was.
+    fn owner_runs(&self) -> bool {
+        if self.owner_fd >= 0 {
+            let mut fds = [libc::pollfd {
+                fd: self.owner_fd,
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            return raw::poll(&mut fds, Some(Duration::ZERO)) == 0;
+        }
+        tree::stat_of(self.owner).is_some_and(|st| st.start == self.owner_start && !st.exited)
+    }
+
+    /// A watchdog's kill round: SIGKILL (and SIGCONT) to the owner and its group, just after
+    /// [`Guard::watched_gone`] saw them run.
+    fn kill_watched(&mut self) {
+        if self.owner != 0 {
+            if self.owner_fd >= 0 {
+                let _ = raw::pidfd_send_signal(self.owner_fd, libc::SIGKILL);
+            } else if self.owner_runs() {
+                let _ = raw::kill(self.owner, libc::SIGKILL);
+            }
+        }
+        if self.group > 1 {
+            let _ = raw::kill(self.group.saturating_neg(), libc::SIGKILL);
+            let _ = raw::kill(self.group.saturating_neg(), libc::SIGCONT);
+        }
+        self.killed = self.killed.saturating_add(1);
     }
 
     /// Reaps every child that has exited; true when none is left at all.
@@ -235,7 +316,14 @@ impl Guard {
             soonest(self.detach_at_ns);
         }
         if self.killing {
-            soonest(now.saturating_add(KILL_ROUND.as_nanos() as u64));
+            // A watchdog scans /proc each round: after a second (a process that outlives
+            // SIGKILL: another user's, or in uninterruptible sleep), ten rounds a second.
+            let round = if self.watching && self.killed > 100 {
+                SLOW_KILL_ROUND
+            } else {
+                KILL_ROUND
+            };
+            soonest(now.saturating_add(round.as_nanos() as u64));
         }
         let timeout = due.map(|t| Duration::from_nanos(t.saturating_sub(now)));
         let mut fds = [
@@ -305,6 +393,13 @@ impl Guard {
             return;
         }
         let mut line = Buf::<512>::default();
+        if self.watching {
+            line.push(b"dlock: the holder process ");
+            line.number(u64::from(self.dlock.unsigned_abs()));
+            line.push(b" of dlock acquire died; its watchdog killed its owner's processes before letting the lock go\n");
+            let _ = raw::write(2, line.bytes());
+            return;
+        }
         line.push(b"dlock: the dlock process ");
         line.number(u64::from(self.dlock.unsigned_abs()));
         line.push(b" died while its command ran; its guardian killed the command's ");
@@ -320,10 +415,10 @@ impl Guard {
         if !tree::keep_descriptors_on_exec() {
             return;
         }
-        let mut args = Buf::<512>::default();
+        let mut args = Buf::<1024>::default();
         let mut starts = [0usize; 24];
         let mut count = 0usize;
-        let mut arg = |args: &mut Buf<512>, f: &dyn Fn(&mut Buf<512>)| {
+        let mut arg = |args: &mut Buf<1024>, f: &dyn Fn(&mut Buf<1024>)| {
             if let Some(s) = starts.get_mut(count) {
                 *s = args.len();
                 count = count.saturating_add(1);
@@ -353,7 +448,7 @@ impl Guard {
     }
 
     /// The state passed through `execve`, in a fixed order ([`Guard::from_fields`]).
-    fn fields(&self) -> [i64; 16] {
+    fn fields(&self) -> [i64; 21] {
         let flag = |b: bool| i64::from(b);
         [
             i64::from(self.dlock),
@@ -372,6 +467,11 @@ impl Guard {
             flag(self.quiet),
             i64::from(self.killed),
             self.forward as i64,
+            flag(self.watching),
+            i64::from(self.group),
+            i64::from(self.owner),
+            self.owner_start as i64,
+            i64::from(self.owner_fd),
         ]
     }
 
@@ -382,7 +482,7 @@ impl Guard {
             Some(1) => Some(true),
             _ => None,
         };
-        if f.len() != 16 {
+        if f.len() != 21 {
             return None;
         }
         Some(Guard {
@@ -406,6 +506,11 @@ impl Guard {
             quiet: flag(13)?,
             killed: u32::try_from(*f.get(14)?).ok()?,
             forward: *f.get(15)? as u64,
+            watching: flag(16)?,
+            group: int(17)?,
+            owner: int(18)?,
+            owner_start: u64::try_from(*f.get(19)?).ok()?,
+            owner_fd: int(20)?,
         })
     }
 }
@@ -486,11 +591,16 @@ mod tests {
             quiet: true,
             killed: 5,
             forward: 1 << 14,
+            watching: true,
+            group: 4240,
+            owner: 4240,
+            owner_start: 987_654,
+            owner_fd: 11,
         };
         assert_eq!(Guard::from_fields(&g.fields()), Some(g));
         let mut f = g.fields();
         f[8] = 2;
         assert_eq!(Guard::from_fields(&f), None, "a flag is 0 or 1");
-        assert_eq!(Guard::from_fields(&f[..15]), None);
+        assert_eq!(Guard::from_fields(&f[..20]), None);
     }
 }

@@ -75,6 +75,9 @@ mod to_guard {
     pub(super) const DEADLINE: u8 = b'D';
     /// Kill the whole tree now (SIGKILL, round after round, until nothing is left).
     pub(super) const KILL: u8 = b'X';
+    /// A clean end (a watchdog's holder released or stopped what it watches): exit at once,
+    /// touching nothing.
+    pub(super) const DISMISS: u8 = b'Q';
 }
 
 /// Messages from the guardian to dlock.
@@ -132,9 +135,31 @@ pub(crate) struct Guardian {
     from_guard: OwnedFd,
 }
 
+/// What a watchdog watches (a guardian in "watch" mode, started by `dlock acquire`'s holder
+/// instead of a command): the owner and its process group, which exist already.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Watch {
+    /// The owner's process group, if the owner led it when it was pinned (0: none). See
+    /// `hold/owner.rs` for when a group id may be signalled.
+    pub group: libc::pid_t,
+    /// The owner's pid, and its start time (`/proc/PID/stat`, clock ticks) that names it.
+    pub owner: libc::pid_t,
+    pub owner_start: u64,
+    /// A pidfd of the owner in the holder's descriptor table (the watchdog gets a copy of the
+    /// table), or -1 without pidfds.
+    pub owner_fd: i32,
+}
+
 /// What the guardian reads from dlock's memory while it starts; nothing after it reported.
 struct Setup<'a> {
-    plan: &'a mut Plan,
+    /// The command to start; `None` for a watchdog.
+    plan: Option<&'a mut Plan>,
+    watch: Watch,
+    /// Descriptors the guardian closes in its copy of the table (-1: none): a watchdog must not
+    /// keep its caller's socket or the handle's listener.
+    close: [i32; 4],
+    /// Put on the guardian's stderr, if not -1 (a watchdog must not keep a caller's `$(…)` open).
+    stderr_to: i32,
     /// The guardian's ends of the pipes.
     from_dlock: i32,
     to_dlock: i32,
@@ -157,12 +182,94 @@ impl Guardian {
         deadline: Option<BootInstant>,
         quiet: bool,
     ) -> Result<Guardian, StartError> {
-        let guardian = |e| StartError::Guardian(e);
-        let stack = map_stack().map_err(guardian)?;
-        let (from_dlock, to_guard) = pipe().map_err(guardian)?;
-        let (from_guard, to_dlock) = pipe().map_err(guardian)?;
-        let mut setup = Setup {
-            plan: &mut plan,
+        let started = Guardian::clone(
+            Some(&mut plan),
+            Watch::default(),
+            [-1; 4],
+            -1,
+            deadline,
+            quiet,
+        );
+        let (mut g, first) = started.map_err(StartError::Guardian)?;
+        crate::trace::stage("spawn");
+        match first {
+            Some((from_guard::STARTED, pid)) => g.command = i32::try_from(pid).ok(),
+            Some((from_guard::FAILED, errno)) => {
+                crate::sys::wait_pid(g.pid);
+                let errno = i32::try_from(errno).unwrap_or(libc::EINVAL);
+                return Err(StartError::Exec(io::Error::from_raw_os_error(errno)));
+            }
+            // The guardian died before it said (killed): its end closed. Whatever it started
+            // is now dlock's child; the supervisor kills and reaps it. The plan stays: a
+            // command killed before its exec may still be running on its stack.
+            None => {
+                Box::leak(plan);
+            }
+            _ => {}
+        }
+        Ok(g)
+    }
+
+    /// Starts a watchdog: a guardian that starts nothing but watches `watch` (the owner of an
+    /// acquire-held lock and its process group). It holds copies of every descriptor of the
+    /// calling process but `close`, the lease deadline, and SIGKILLs the owner and its group
+    /// when the caller dies or the deadline passes — until no process of them is left — and
+    /// only then exits. [`Guardian::dismiss`] ends it without that. Returns once it runs.
+    pub(crate) fn watch(
+        watch: Watch,
+        close: [i32; 4],
+        stderr_to: Option<i32>,
+        deadline: Option<BootInstant>,
+    ) -> io::Result<Guardian> {
+        let (g, first) =
+            Guardian::clone(None, watch, close, stderr_to.unwrap_or(-1), deadline, false)?;
+        match first {
+            Some((from_guard::STARTED, _)) => Ok(g),
+            _ => {
+                crate::sys::wait_pid(g.pid);
+                Err(io::Error::other("the watchdog died as it started"))
+            }
+        }
+    }
+
+    /// Tells a watchdog of a clean end (the lock is being given back or was lost, and the owner
+    /// is stopped or gone): it exits without signalling anything. Reap it with
+    /// [`Guardian::reap`] before the end is final: until then it holds its copies of the lock's
+    /// descriptors. (Its exit overlaps with the release's round trip.)
+    pub(crate) fn dismiss(&self) {
+        self.tell(to_guard::DISMISS, 0);
+        // A stopped watchdog would not read it: our unreaped child, safe to signal by pid.
+        let _ = raw::kill(self.pid, libc::SIGCONT);
+    }
+
+    /// Waits for the guardian to exit, and reaps it.
+    pub(crate) fn reap(self) {
+        crate::sys::wait_pid(self.pid);
+    }
+
+    /// The guardian's wait status if it has exited (reaped then); `None` while it runs.
+    pub(crate) fn try_reap(&self) -> Option<ExitStatus> {
+        crate::sys::try_wait_pid(self.pid)
+    }
+
+    /// Clones the guardian and waits for its first word (`None`: it died before it said).
+    fn clone(
+        plan: Option<&mut Plan>,
+        watch: Watch,
+        close: [i32; 4],
+        stderr_to: i32,
+        deadline: Option<BootInstant>,
+        quiet: bool,
+    ) -> io::Result<(Guardian, Option<(u8, u64)>)> {
+        let stack = map_stack()?;
+        let (from_dlock, to_guard) = pipe()?;
+        let (from_guard, to_dlock) = pipe()?;
+        let watching = plan.is_none();
+        let setup = Setup {
+            plan,
+            watch,
+            close,
+            stderr_to,
             from_dlock: from_dlock.as_raw_fd(),
             to_dlock: to_dlock.as_raw_fd(),
             dlock_ends: [to_guard.as_raw_fd(), from_guard.as_raw_fd()],
@@ -172,33 +279,43 @@ impl Guardian {
             detach: guardian::can_detach(),
             forward: crate::signals::forwarded_set(),
         };
+        // A watchdog starts nothing, and calls nothing but raw system calls from its first
+        // instruction: it is not waited for (that would put its first time slice on the
+        // holder's path). Its setup is never freed instead (a few words, once per holder).
+        let setup = Box::into_raw(Box::new(setup));
         // SAFETY: `guardian::entry` runs on its own stack (mapped above, never unmapped) in this
-        // process's memory. It reads `setup` only until it reports on `to_dlock`, and this
-        // function waits for that report (or the guardian's end) before `setup` goes away. No
-        // CLONE_FILES: the guardian gets its own copy of the descriptor table, which is the
+        // process's memory. It reads `setup` only until it reports on `to_dlock`; a guardian's
+        // is freed below only after that report (or the guardian's end), a watchdog's never.
+        // No CLONE_FILES: the guardian gets its own copy of the descriptor table, which is the
         // point. No CLONE_SIGHAND or CLONE_THREAD: its own dispositions, its own pid.
         let pid = unsafe {
             libc::clone(
                 guardian::entry,
                 stack.cast(),
                 libc::CLONE_VM | libc::SIGCHLD,
-                (&raw mut setup).cast(),
+                setup.cast(),
             )
         };
         if pid < 0 {
-            // No guardian exists: errno is ours alone.
-            return Err(StartError::Guardian(io::Error::last_os_error()));
+            // No guardian exists: errno is ours alone, and the setup ours to free.
+            let e = io::Error::last_os_error();
+            // SAFETY: from `Box::into_raw` above; nothing else refers to it.
+            drop(unsafe { Box::from_raw(setup) });
+            return Err(e);
         }
         crate::trace::stage("guardian");
         // Closed without the C library: the guardian may be using `errno` now.
         raw::close(from_dlock.into_raw_fd());
         raw::close(to_dlock.into_raw_fd());
-        let mut g = Guardian {
+        let g = Guardian {
             pid,
             command: None,
             to_guard,
             from_guard,
         };
+        if watching {
+            return Ok((g, Some((from_guard::STARTED, 0))));
+        }
         // The guardian may be writing `errno` (dlock's main thread's) while it starts the
         // command: wait without reading it.
         let mut fds = [libc::pollfd {
@@ -213,26 +330,14 @@ impl Guardian {
                 Err(libc::EAGAIN | libc::EINTR) => {
                     raw::poll(&mut fds, None);
                 }
-                // The guardian died before it said (killed): its end closed. Whatever it
-                // started is now dlock's child; the supervisor kills and reaps it. The plan
-                // stays: a command killed before its exec may still be running on its stack.
-                _ => {
-                    Box::leak(plan);
-                    return Ok(g);
-                }
+                // The guardian died before it said (killed): its end closed. Its setup is left
+                // as it is (a few words).
+                _ => return Ok((g, None)),
             }
         };
-        crate::trace::stage("spawn");
-        match first {
-            Some((from_guard::STARTED, pid)) => g.command = i32::try_from(pid).ok(),
-            Some((from_guard::FAILED, errno)) => {
-                crate::sys::wait_pid(g.pid);
-                let errno = i32::try_from(errno).unwrap_or(libc::EINVAL);
-                return Err(StartError::Exec(io::Error::from_raw_os_error(errno)));
-            }
-            _ => {}
-        }
-        Ok(g)
+        // SAFETY: from `Box::into_raw` above; the guardian reported, and reads it no more.
+        drop(unsafe { Box::from_raw(setup) });
+        Ok((g, first))
     }
 
     /// The guardian's pid.

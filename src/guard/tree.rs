@@ -85,6 +85,47 @@ fn scan_proc_for_children(me: i32, sig: i32) {
     raw::close(dir);
 }
 
+/// The process `pid`'s stat, if it exists (and /proc is our PID namespace's).
+pub(super) fn stat_of(pid: i32) -> Option<ProcStat> {
+    if pid <= 0 || !proc_is_ours(raw::getpid()) {
+        return None;
+    }
+    read_stat(pid)
+}
+
+/// Whether a process of group `pgid` runs (a zombie does not count: it runs nothing, though
+/// it keeps the group's id from being reused). Scans `/proc/*/stat`; false if /proc is
+/// another PID namespace's.
+pub(super) fn group_runs(pgid: i32) -> bool {
+    if pgid <= 1 || !proc_is_ours(raw::getpid()) {
+        return false;
+    }
+    let Some(dir) = open(&Buf::of(b"/proc"), libc::O_DIRECTORY) else {
+        return false;
+    };
+    let mut found = false;
+    for_each_entry(dir, |name| {
+        if !found && let Some(pid) = parse_pid(name) {
+            found = read_stat(pid).is_some_and(|st| st.pgrp == pgid && !st.exited);
+        }
+    });
+    raw::close(dir);
+    found
+}
+
+/// `/proc/PID/stat` read into a fixed buffer (a line is a few hundred bytes) and parsed.
+fn read_stat(pid: i32) -> Option<ProcStat> {
+    let mut path = Buf::<64>::default();
+    path.push(b"/proc/");
+    path.number(u64::from(pid.unsigned_abs()));
+    path.push(b"/stat");
+    let fd = open(&path, 0)?;
+    let mut stat = [0u8; 1024];
+    let len = raw::read(fd, &mut stat).unwrap_or(0);
+    raw::close(fd);
+    ProcStat::parse(stat.get(..len).unwrap_or_default())
+}
+
 fn parse_pid(name: &[u8]) -> Option<i32> {
     if name.is_empty() || name.len() > 9 || !name.iter().all(u8::is_ascii_digit) {
         return None;
@@ -162,6 +203,16 @@ mod tests {
         assert_eq!(parse_pid(b"0123"), Some(123));
         assert_eq!(parse_pid(b"12a"), None);
         assert_eq!(parse_pid(b"9999999999"), None);
+    }
+
+    #[test]
+    fn this_process_and_its_group_are_read() {
+        let me = stat_of(raw::getpid()).unwrap();
+        assert!(!me.exited && me.start > 0);
+        let pg = crate::sys::own_process_group();
+        assert_eq!(me.pgrp, pg);
+        assert!(group_runs(pg));
+        assert!(stat_of(0).is_none());
     }
 
     #[test]

@@ -67,29 +67,102 @@ pub(crate) enum NotBegun {
     Failed(anyhow::Error),
 }
 
+/// A run's start event made before its lock is taken, for the backends that record it in the
+/// acquisition's own round trips (PostgreSQL, etcd, ZooKeeper, MySQL: [`Request::start`]) — one
+/// key, exclusive, no `--once-per`. The body has no `token` yet: the backend learns the token in
+/// the same round trip and splices it in ([`Opening::with_token`], or on the server), or its
+/// reader does (etcd, ZooKeeper: the event's own revision is the lock's).
+///
+/// [`Request::start`]: crate::backend::Request::start
+pub(crate) struct Opening {
+    id: String,
+    body: Vec<u8>,
+}
+
+/// Room kept in an [`Opening`]'s body for `,"token":N` (N up to 20 digits).
+const TOKEN_ROOM: usize = 32;
+
+impl Opening {
+    pub(crate) fn new(holder: &Record) -> Opening {
+        let id = new_run_id(holder);
+        let body = start_body(&id, holder, None, MAX_EVENT_BYTES - TOKEN_ROOM);
+        Opening { id, body }
+    }
+
+    /// The start event without its token: a JSON object (ends with `}`).
+    pub(crate) fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The start event with `token` in it.
+    pub(crate) fn with_token(&self, token: Option<u64>) -> Vec<u8> {
+        let Some(t) = token else {
+            return self.body.clone();
+        };
+        let mut body = self.body.clone();
+        body.pop();
+        body.extend_from_slice(format!(",\"token\":{t}}}").as_bytes());
+        body
+    }
+}
+
+/// A start event of at most `most` bytes (the command cut to fit).
+fn start_body(id: &str, holder: &Record, token: Option<u64>, most: usize) -> Vec<u8> {
+    // Within the cap readers keep to (escaped, a character may take 6 bytes): a start over it
+    // would not read as one, and `--once-per` would not see it.
+    let mut chars = MAX_COMMAND_CHARS;
+    loop {
+        let start = Event::start(id, holder, token, chars);
+        let body = serde_json::to_vec(&start).unwrap_or_default();
+        if body.len() <= most || chars == 0 {
+            return body;
+        }
+        chars /= 2;
+    }
+}
+
+/// Splices `token` into a start event `body` that has none (a reader's: etcd and ZooKeeper
+/// record the start in the lock's own write, whose revision is the token). Other bodies come
+/// back as they are.
+pub(crate) fn add_token(body: Vec<u8>, token: u64) -> Vec<u8> {
+    let s = Stored {
+        at_ms: None,
+        body: body.clone(),
+    };
+    match Event::read(&s) {
+        Some(e) if e.ev == "start" && e.token.is_none() && body.last() == Some(&b'}') => {
+            let mut body = body;
+            body.pop();
+            body.extend_from_slice(format!(",\"token\":{token}}}").as_bytes());
+            body
+        }
+        _ => body,
+    }
+}
+
 impl RunLog {
     /// Records the start of the run holding `lease` on `keys` (with `once_per`, unless a run
     /// started less than that ago: [`NotBegun::Skipped`]). `Ok(None)`: no history is kept (off,
     /// or the backend keeps none); a failure to write history without `--once-per` is a warning,
     /// not a reason to keep the command from running.
+    ///
+    /// With `opening` (the start made before the lock was taken: [`Opening`]), the run keeps
+    /// its id; a backend that recorded it while taking the lock answers without a round trip.
     pub(crate) fn begin(
         lease: &mut dyn Lease,
         keys: &[Key],
         holder: &Record,
         token: Option<u64>,
         once_per: Option<Duration>,
+        opening: Option<&Opening>,
     ) -> Result<Option<RunLog>, NotBegun> {
-        let id = new_run_id(holder);
-        // Within the cap readers keep to (escaped, a character may take 6 bytes): a start over
-        // it would not read as one, and `--once-per` would not see it.
-        let mut chars = MAX_COMMAND_CHARS;
-        let body = loop {
-            let start = Event::start(&id, holder, token, chars);
-            let body = serde_json::to_vec(&start).unwrap_or_default();
-            if body.len() <= MAX_EVENT_BYTES || chars == 0 {
-                break body;
+        let (id, body) = match opening {
+            Some(o) => (o.id.clone(), o.with_token(token)),
+            None => {
+                let id = new_run_id(holder);
+                let body = start_body(&id, holder, token, MAX_EVENT_BYTES);
+                (id, body)
             }
-            chars /= 2;
         };
         match lease.begin_run(&body, once_per) {
             Ok(Begun::Started) => Ok(Some(RunLog {
@@ -119,6 +192,14 @@ impl RunLog {
                 ));
                 Ok(None)
             }
+        }
+    }
+
+    /// The run whose start `opening` is (recorded while the lock was taken), on `keys`.
+    pub(crate) fn opened(opening: &Opening, keys: &[Key]) -> RunLog {
+        RunLog {
+            id: opening.id.clone(),
+            keys: keys.to_vec(),
         }
     }
 
@@ -211,4 +292,48 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(command: &str) -> Record {
+        Record {
+            host: Some("h".into()),
+            pid: Some(7),
+            command: Some(command.into()),
+            ..Record::default()
+        }
+    }
+
+    #[test]
+    fn an_opening_takes_its_token_where_it_is_recorded() {
+        let o = Opening::new(&holder("make all"));
+        let read = |b: &[u8]| {
+            Event::read(&Stored {
+                at_ms: None,
+                body: b.to_vec(),
+            })
+        };
+        let bare = read(o.body()).expect("a start without its token reads");
+        assert_eq!((bare.ev.as_str(), bare.token), ("start", None));
+        let with = read(&o.with_token(Some(u64::MAX))).expect("with its token");
+        assert_eq!((with.run, with.token), (bare.run.clone(), Some(u64::MAX)));
+        assert_eq!(o.with_token(None), o.body());
+        // A reader's splice (etcd, ZooKeeper): only into a start that has no token.
+        let added = read(&add_token(o.body().to_vec(), 42)).unwrap();
+        assert_eq!(added.token, Some(42));
+        let kept = o.with_token(Some(5));
+        assert_eq!(add_token(kept.clone(), 42), kept);
+        let end = serde_json::to_vec(&Event::end("r", Ending::default())).unwrap();
+        assert_eq!(add_token(end.clone(), 42), end);
+        assert_eq!(add_token(b"junk".to_vec(), 42), b"junk");
+    }
+
+    #[test]
+    fn an_opening_keeps_room_for_its_token() {
+        let o = Opening::new(&holder(&"\u{1}".repeat(5000)));
+        assert!(o.with_token(Some(u64::MAX)).len() <= MAX_EVENT_BYTES);
+    }
 }

@@ -5,12 +5,12 @@
 //! the grace or at the lease deadline, whichever is first, so it is gone before anyone else can
 //! hold the lock. Why it ended is kept for `release` (the end file, see [`super::handle`]).
 //!
-//! Everything here runs on the main thread but the watcher, which only turns the socket, the
-//! owner's pidfd and the caller's acknowledgement into events.
+//! Everything here runs on the main thread but the watcher (`watcher.rs`), which only turns the
+//! socket, the owner's pidfd and the caller's acknowledgement into events; the watchdog
+//! (`watchdog.rs`) is a process of its own.
 
-use std::io::Read;
-use std::os::fd::AsFd;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::Duration;
@@ -18,6 +18,8 @@ use std::time::Duration;
 use super::format::Granted;
 use super::handle::{self, Reply};
 use super::owner::{Owner, Stopping};
+use super::watchdog::{Check, Watchdog};
+use super::watcher::{OwnerWatch, Watched, watch};
 use crate::clock::BootInstant;
 use crate::config::AcquireConfig;
 use crate::events::{Event, Events, HolderEvent};
@@ -76,6 +78,10 @@ pub(super) fn hold(
         Ok(taken) => taken,
         Err(code) => return code,
     };
+    // Out of the caller's directory (an unmount there must not wait for `release`), now that
+    // the lock is held: what the backend read relative to it (a CA file, a password file) was
+    // read while connecting, and paths it reads again are absolute (`crate::config`).
+    let _ = std::env::set_current_dir("/");
     let tokens = held.tokens_of(&lock.keys);
     let claims = serde_json::to_string(&held.claims).unwrap_or_default();
     let lease = crate::lockset::LeaseSet::join(held.parts);
@@ -155,12 +161,33 @@ pub(super) fn hold(
         let _ = std::fs::remove_file(&socket);
         return exit::UNAVAILABLE;
     }
+    // The watchdog, before anyone hears of the lock: from here a kill -9 of the holder stops
+    // the owner before the lock can go (see `watchdog.rs`).
+    let mut watchdog = match owner
+        .as_ref()
+        .map(|o| {
+            let close = [to_caller.as_raw_fd(), listener.as_raw_fd(), -1, -1];
+            Watchdog::start(o, close, clock.lease.deadline)
+        })
+        .transpose()
+    {
+        Ok(w) => w,
+        Err(e) => {
+            report::error(format_args!(
+                "{name}: cannot start the holder's watchdog: {e}"
+            ));
+            closing.give_back(name, &keys_text, keeper, not_started("no watchdog"));
+            let _ = std::fs::remove_file(&socket);
+            return exit::UNAVAILABLE;
+        }
+    };
     // From here the caller's exit (once it printed the handle) must not end the holder. A
     // caller that died before it printed is seen as a failed write; one that dies after this
     // write may have printed already, so the lock stays held (for the owner, or --max-hold).
     let _ = sys::set_parent_death_signal(0);
     let line = serde_json::to_string(&granted).unwrap_or_default() + "\n";
     if sys::parent_pid() != caller || (&to_caller).write_all_ok(line.as_bytes()).is_err() {
+        watchdog.as_mut().map(Watchdog::reap);
         closing.give_back(
             name,
             &keys_text,
@@ -184,6 +211,7 @@ pub(super) fn hold(
         report::error(format_args!(
             "{name}: cannot start the holder's watcher thread: {e}"
         ));
+        watchdog.as_mut().map(Watchdog::reap);
         closing.give_back(name, &keys_text, keeper, not_started("no watcher thread"));
         let _ = std::fs::remove_file(&socket);
         return exit::UNAVAILABLE;
@@ -198,6 +226,7 @@ pub(super) fn hold(
         stop: None,
         answered: false,
         closing,
+        watchdog,
     };
     holding.run(keeper, clock, &rx)
 }
@@ -269,96 +298,6 @@ impl WriteAllOk for &UnixStream {
     }
 }
 
-/// The descriptors the watcher thread turns into events.
-struct Watched {
-    /// `dlock acquire`, until it acknowledges the handle.
-    caller: Option<UnixStream>,
-    /// The handle's socket, and its path (bound anew if a cleaner removes it).
-    listener: UnixListener,
-    socket: PathBuf,
-    /// A request came: the socket is not put back any more.
-    asked: bool,
-    /// The owner, until it exits.
-    owner: Option<OwnerWatch>,
-}
-
-/// How the watcher learns that the owner exited.
-enum OwnerWatch {
-    /// Its pidfd becomes readable.
-    Fd(std::os::fd::OwnedFd),
-    /// No pidfds (Linux < 5.3): /proc is looked at every [`super::owner::OWNER_CHECK`].
-    Scan(crate::procs::Proc),
-}
-
-/// Starts the watcher thread.
-fn watch(mut w: Watched, events: Events) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("dlock-holder".into())
-        .spawn(move || {
-            loop {
-                let mut fds = vec![w.listener.as_fd()];
-                let caller_at = w.caller.as_ref().map(|c| {
-                    fds.push(c.as_fd());
-                    fds.len() - 1
-                });
-                let mut timeout = handle::SOCKET_CHECK.as_millis() as i32;
-                let mut owner_gone = false;
-                let owner_at = match &w.owner {
-                    Some(OwnerWatch::Fd(o)) => {
-                        fds.push(o.as_fd());
-                        Some(fds.len() - 1)
-                    }
-                    Some(OwnerWatch::Scan(p)) => {
-                        owner_gone = p.has_exited();
-                        timeout = timeout.min(super::owner::OWNER_CHECK.as_millis() as i32);
-                        None
-                    }
-                    None => None,
-                };
-                let Ok(ready) = sys::poll_readable(&fds, if owner_gone { 0 } else { timeout })
-                else {
-                    return;
-                };
-                let is = |i: Option<usize>| i.is_some_and(|i| ready.get(i) == Some(&true));
-                let (caller, owner) = (is(caller_at), is(owner_at) || owner_gone);
-                let listener = ready.first() == Some(&true);
-                drop(fds);
-                if caller {
-                    let mut byte = [0u8; 1];
-                    let acked = w
-                        .caller
-                        .as_ref()
-                        .is_some_and(|mut c| matches!(c.read(&mut byte), Ok(1)) && byte[0] == b'1');
-                    w.caller = None;
-                    events.send(Event::Holder(if acked {
-                        HolderEvent::CallerAcked
-                    } else {
-                        HolderEvent::CallerGone
-                    }));
-                }
-                if owner {
-                    w.owner = None;
-                    events.send(Event::Holder(HolderEvent::OwnerExited));
-                }
-                // Not once a release has asked: it removes the socket as the holder ends.
-                if !w.asked
-                    && let Some(l) = handle::rebind_if_gone(&w.socket)
-                {
-                    w.listener = l;
-                    continue;
-                }
-                if listener
-                    && let Ok((stream, _)) = w.listener.accept()
-                    && let Some(request) = handle::read_request(&stream)
-                {
-                    w.asked = true;
-                    events.send(Event::Holder(HolderEvent::Request(stream, request)));
-                }
-            }
-        })
-        .map(|_| ())
-}
-
 /// What the holder knows of its lease, and when it must give it up.
 struct Clock {
     /// The lease's deadline and how long before it the owner is stopped when renewals fail.
@@ -396,12 +335,15 @@ struct Holding<'a> {
     /// A `release` already got the stop's reply: no end file.
     answered: bool,
     closing: Closing<'a>,
+    /// Kills the owner's processes if the holder dies ([`Watchdog`]); `None` without an owner.
+    watchdog: Option<Watchdog>,
 }
 
 impl Holding<'_> {
     fn run(&mut self, mut keeper: Keeper, mut clock: Clock, rx: &Receiver<Event>) -> u8 {
         let mut last_renew_error: Option<String> = None;
         loop {
+            self.check_watchdog(clock.lease.deadline);
             let now = BootInstant::now();
             let mut wake = Duration::from_secs(1);
             if let Some(started) = keeper.start_if_due(now, &mut wake) {
@@ -484,6 +426,9 @@ impl Holding<'_> {
             match event {
                 Event::Renewed(deadline) => {
                     clock.lease.deadline = Some(deadline);
+                    if let Some(w) = &self.watchdog {
+                        w.set_deadline(Some(deadline));
+                    }
                     last_renew_error = None;
                 }
                 Event::RenewFailed(e) => last_renew_error = Some(e),
@@ -509,8 +454,10 @@ impl Holding<'_> {
                             )),
                             ..history::Ending::default()
                         };
+                        self.dismiss_watchdog();
                         self.closing
                             .give_back(self.name, &self.keys_text, keeper, ending);
+                        self.reap_watchdog();
                         let reply = Reply {
                             code: 0,
                             message: format!(
@@ -553,6 +500,7 @@ impl Holding<'_> {
                                 note: Some("released".into()),
                                 ..history::Ending::default()
                             };
+                            self.dismiss_watchdog();
                             let message = match self.closing.app().release(keeper, ending) {
                                 Ok(()) => String::new(),
                                 Err(e) => format!(
@@ -560,6 +508,7 @@ impl Holding<'_> {
                                     self.name, self.keys_text
                                 ),
                             };
+                            self.reap_watchdog();
                             let _ = std::fs::remove_file(&self.socket);
                             handle::answer(&stream, &Reply { code: 0, message });
                             return 0;
@@ -576,6 +525,64 @@ impl Holding<'_> {
                 | Event::AllReaped => {}
             }
         }
+    }
+
+    /// Looks whether the watchdog still runs: one that died is replaced (the lock is not lost,
+    /// and the owner is protected again at once); one that ended because the lease deadline
+    /// passed (the holder frozen past it) killed the owner: the lease is lost.
+    fn check_watchdog(&mut self, deadline: Option<BootInstant>) {
+        let Some(w) = &mut self.watchdog else { return };
+        match w.check(deadline) {
+            Check::Fine => {}
+            Check::Replaced(old, new) => report::warn(format_args!(
+                "{}: the holder's watchdog (pid {old}) died; a new one (pid {new}) watches the owner",
+                self.name
+            )),
+            Check::DeadlinePassed => {
+                let why = "the lease deadline passed without a renewal; the holder's watchdog \
+                           killed the owner and its process group"
+                    .to_string();
+                self.lost_now(why);
+            }
+            Check::Gone(e) => {
+                self.watchdog = None;
+                if self.stop.is_none() {
+                    let why = format!(
+                        "the holder's watchdog died and no new one could be started ({e}); \
+                         the lock is given back rather than held unguarded"
+                    );
+                    self.begin_stop(why, false, BootInstant::now() + self.kill_grace);
+                }
+            }
+        }
+    }
+
+    /// The lease is lost now: stop the owner (what is left of it) at once.
+    fn lost_now(&mut self, why: String) {
+        let now = BootInstant::now();
+        match &mut self.stop {
+            None => self.begin_stop(why, true, now),
+            Some(s) => {
+                s.lost = true;
+                s.kill_at = s.kill_at.min(now);
+            }
+        }
+    }
+
+    /// Dismisses the watchdog (a clean end) before the lock is given back.
+    fn dismiss_watchdog(&mut self) {
+        if let Some(w) = &mut self.watchdog {
+            w.dismiss();
+        }
+    }
+
+    /// Waits until the dismissed watchdog is gone, once the lock is given back: `release`
+    /// hears of the end only after its copies of the lock's descriptors are closed.
+    fn reap_watchdog(&mut self) {
+        if let Some(w) = &mut self.watchdog {
+            w.reap();
+        }
+        self.watchdog = None;
     }
 
     /// Starts stopping the owner and what it started (SIGTERM now, SIGKILL at `kill_at`)
@@ -656,6 +663,7 @@ impl Holding<'_> {
         let Some(stop) = self.stop.take() else {
             return 0;
         };
+        self.dismiss_watchdog();
         if stop.lost {
             // Given back meanwhile: a broken lock passes on only once its holder lets go.
             let started = std::time::Instant::now();
@@ -669,6 +677,7 @@ impl Holding<'_> {
             self.closing
                 .give_back(self.name, &self.keys_text, keeper, stop.ending);
         }
+        self.reap_watchdog();
         if !self.answered {
             handle::write_end(&self.socket, &stop.reply);
         }

@@ -18,6 +18,8 @@ mod format;
 mod handle;
 mod holder;
 mod owner;
+mod watchdog;
+mod watcher;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;

@@ -8,6 +8,25 @@
 //! reaches the process scanned or none. Each SIGKILL pass rescans below every process still
 //! running, so what was forked meanwhile (by a child the owner's death orphaned, too) is
 //! caught. A group is dropped as soon as it is empty: its number could then be reused.
+//!
+//! **Process groups.** A group's id is the pid of the process that made it, and the kernel
+//! hands that number out again only once no process has it as its pid or its group (a zombie
+//! still has it). A holder or a watchdog is in no group of the owner's and cannot hold one
+//! open, so it signals a group (`killpg`) only under this rule:
+//!
+//! 1. the owner led the group (its pid is the group's id) when it was pinned — recorded then
+//!    ([`Owner::group`]); or it leads it when the stop begins and still runs (its own pid is
+//!    then the group's, and cannot be anyone else's while it lives);
+//! 2. and the group is seen to have a running process just before each signal; the first
+//!    time it is seen without one, it is forgotten for good.
+//!
+//! So a group id that may have been handed to someone else is never signalled: not one the
+//! owner never led (before this rule, an owner pinned in its parent's group that exited left
+//! its pid — free for a new group leader — to be killed as "its group"), not one seen empty.
+//! What remains is the moment between an owner's exit and the first look (a few milliseconds
+//! with pidfds; up to [`OWNER_CHECK`] without): the group would have to empty and its number
+//! come round again in the kernel's pid counter (`pid_max`, 4,194,304 by default on 64-bit
+//! systems) within it.
 
 use crate::exit::Usage;
 use crate::procs::{self, Proc};
@@ -45,6 +64,8 @@ pub(super) fn caller_owner() -> libc::pid_t {
 /// A pinned owner process.
 pub(super) struct Owner {
     pid: libc::pid_t,
+    /// It led its process group when it was pinned (see "Process groups" above).
+    led_group: bool,
     /// A pidfd, where the kernel has them; without, the start time alone names it (`proc`).
     fd: Option<PidFd>,
     proc: Proc,
@@ -77,6 +98,7 @@ impl Owner {
             Some(Err(_)) | None => None,
         };
         let proc = Proc::of(pid).ok_or_else(gone)?;
+        let led_group = sys::process_group_of(pid) == Some(pid);
         if parent && caller_owner() != pid {
             return Err(Usage(format!("{which} {pid} exited: {hint}")));
         }
@@ -100,7 +122,12 @@ impl Owner {
                 crate::report::clean(comm.trim_end(), 32)
             )));
         }
-        Ok(Owner { pid, fd, proc })
+        Ok(Owner {
+            pid,
+            led_group,
+            fd,
+            proc,
+        })
     }
 
     /// Its pid.
@@ -112,6 +139,12 @@ impl Owner {
     /// holder looks at [`Owner::has_exited`] every [`OWNER_CHECK`] instead.
     pub(super) fn fd(&self) -> Option<&PidFd> {
         self.fd.as_ref()
+    }
+
+    /// The process group that is the owner's to stop: its own, if it led it when pinned and
+    /// it is not the holder's (see "Process groups" above).
+    pub(super) fn group(&self) -> Option<libc::pid_t> {
+        (self.led_group && self.pid != sys::own_process_group()).then_some(self.pid)
     }
 
     /// The owner as scanned.
@@ -152,8 +185,10 @@ impl Stopping {
     /// process of it is left.
     pub(super) fn begin(owner: &Owner) -> Stopping {
         let me = std::process::id() as libc::pid_t;
-        let leads = sys::process_group_of(owner.pid) == Some(owner.pid)
-            || (owner.has_exited() && procs::group_is_running(owner.pid));
+        // Rule 1 of "Process groups" above; rule 2 is `is_over`, before every signal.
+        let running = !owner.has_exited();
+        let leads = (running && sys::process_group_of(owner.pid) == Some(owner.pid))
+            || (owner.led_group && procs::group_is_running(owner.pid));
         let mut s = Stopping {
             // Never the holder's own group (it has a session of its own, but be sure).
             group: (leads && owner.pid != sys::own_process_group()).then_some(owner.pid),

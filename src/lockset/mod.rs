@@ -47,6 +47,9 @@ pub(crate) struct Want<'a> {
     /// Where the waiting line on a terminal looks up who holds a busy key, on a backend handle
     /// of its own (`None`: it shows only what the wait itself learns).
     pub look_up: Option<&'a Target>,
+    /// The run's start, for a backend to record while it takes the lock (one key only: a
+    /// start recorded for a key of a set that is then given back would stay without an end).
+    pub start: Option<&'a crate::history::Opening>,
 }
 
 /// One held lock of a run.
@@ -276,6 +279,7 @@ fn acquire_one(
             holder: &holder,
             interrupt: want.interrupt,
             on_holder: &on_holder,
+            start: want.start.filter(|_| want.keys.len() == 1),
         });
         if result.is_err() {
             // A network wait on this thread may have ended for a signal: that is the answer.

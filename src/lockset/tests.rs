@@ -25,6 +25,7 @@ fn want<'a>(
         holder,
         interrupt,
         look_up: None,
+        start: None,
     }
 }
 

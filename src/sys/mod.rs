@@ -21,7 +21,9 @@ pub(crate) use detach::{
 };
 pub(crate) use fs::{Inotify, flock, fs_type, ofd_lock, poll_readable, poll_ready};
 pub(crate) use proc_stat::ProcStat;
-pub(crate) use process::{PidFd, become_subreaper, has_pidfds, wait_pid, waitid_exited_nowait};
+pub(crate) use process::{
+    PidFd, become_subreaper, has_pidfds, try_wait_pid, wait_pid, waitid_exited_nowait,
+};
 pub(crate) use signal::{
     SigSet, Thread, ThreadTimer, block_signals, deadline_signal, install_exiting_handlers,
     install_interrupting_handler, interrupting_signal, is_ignored, reset_to_default,

@@ -49,6 +49,15 @@ pub(crate) fn wait_pid(pid: libc::pid_t) -> ExitStatus {
     }
 }
 
+/// Reaps our child `pid` if it has exited: its status; `None` while it runs (or if it is not
+/// our child).
+pub(crate) fn try_wait_pid(pid: libc::pid_t) -> Option<ExitStatus> {
+    let mut status = 0;
+    // SAFETY: a valid pointer to an int; waitpid only writes the status there.
+    let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    (rc == pid).then(|| ExitStatus::from_raw(status))
+}
+
 /// Whether this kernel and sandbox give pidfds (Linux ≥ 5.3, neither `pidfd_open` nor
 /// `pidfd_send_signal` denied by a seccomp filter): asked once, by opening one for this process
 /// and sending it signal 0 through it. Without them, what dlock signals is either its own

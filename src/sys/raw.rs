@@ -264,6 +264,12 @@ pub(crate) fn setpgid(pid: i32, pgid: i32) -> Result<(), Errno> {
     unsafe { call(libc::SYS_setpgid, [pid as usize, pgid as usize, 0, 0, 0, 0]) }.map(|_| ())
 }
 
+/// `dup3(old, new, 0)`: `new` now refers to what `old` does (without close-on-exec).
+pub(crate) fn dup3(old: i32, new: i32) -> Result<(), Errno> {
+    // SAFETY: dup3 takes three integers.
+    unsafe { call(libc::SYS_dup3, [old as usize, new as usize, 0, 0, 0, 0]) }.map(|_| ())
+}
+
 /// `prctl(option, arg)` with integer arguments.
 pub(crate) fn prctl(option: i32, arg: usize) -> Result<(), Errno> {
     // SAFETY: the options used here take an integer (or, PR_SET_NAME, a NUL-terminated name of

@@ -3,8 +3,9 @@
 //! getrandom, memfd_create, copy_file_range, rseq, …), on the file backend, Redis and
 //! PostgreSQL. The lifetime, tree and acquire cases of the other modules run here unchanged
 //! under each filter, and the cases below check the bounds of "where it runs" (docs/failures.md,
-//! "Old kernels"): a `break` or a SIGTERM ends a command that ignores SIGTERM, and a `break` ends
-//! an acquire owner's child that does.
+//! "Old kernels"): a `break` or a SIGTERM ends a command that ignores SIGTERM, a `break` ends
+//! an acquire owner's child that does, and so does a `kill -9` of the acquire holder (its
+//! watchdog).
 
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,13 @@ macro_rules! on_kernel {
         #[test]
         fn break_ends_an_acquire_owners_child_that_ignores_sigterm() {
             crate::kernels::break_ends_an_acquire_owners_child_that_ignores_sigterm(&$make.on($kernel));
+        }
+
+        #[test]
+        fn kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts() {
+            crate::acquire_watchdog::kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts(
+                &$make.on($kernel),
+            );
         }
     };
 }
@@ -99,6 +107,14 @@ mod pidfd_signal_denied {
     fn break_ends_an_acquire_owners_child_that_ignores_sigterm() {
         let b = TestBackend::file().on(Kernel::PidfdSignalDenied);
         crate::kernels::break_ends_an_acquire_owners_child_that_ignores_sigterm(&b);
+    }
+
+    #[test]
+    fn kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts() {
+        let b = TestBackend::file().on(Kernel::PidfdSignalDenied);
+        crate::acquire_watchdog::kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts(
+            &b,
+        );
     }
 }
 

@@ -1,6 +1,7 @@
 //! The one integration-test binary: drives the real `dlock` against real lock servers.
 
 mod acquire;
+mod acquire_watchdog;
 mod bench;
 mod breaking;
 mod cli;

@@ -84,12 +84,41 @@ impl Place {
         json!({ "request_put": { "key": b64(&self.event_key(body)), "value": b64(body) } })
     }
 
-    /// The transaction that deletes the lock key `own` and adds the end `body`.
-    pub(super) fn release_txn(&self, own: &[u8], body: &[u8]) -> Value {
-        json!({ "success": [
-            { "request_delete_range": { "key": b64(own) } },
+    /// The transaction that deletes the lock key `own`, adds the end `body` and deletes the
+    /// events `past` (at most [`MAX_PRUNE`]: etcd takes 128 operations in one).
+    pub(super) fn release_txn(&self, own: &[u8], body: &[u8], past: &[Vec<u8>]) -> Value {
+        let mut ops = vec![
+            json!({ "request_delete_range": { "key": b64(own) } }),
             self.put_event(body),
-        ]})
+        ];
+        ops.extend(
+            past.iter()
+                .take(MAX_PRUNE)
+                .filter(|k| is_event(&self.prefix, k))
+                .map(|k| json!({ "request_delete_range": { "key": b64(k) } })),
+        );
+        json!({ "success": ops })
+    }
+
+    /// The operations that add the start `body` and count the events, for the lock's own
+    /// transaction ([`crate::history::Opening`]): the start has no token, and its create
+    /// revision, the lock key's, is it ([`Place::read`] adds it).
+    pub(super) fn start_ops(&self, body: &[u8]) -> [Value; 2] {
+        [self.put_event(body), self.count()]
+    }
+
+    /// After a start recorded in the lock's transaction that counted `count` events: the keys
+    /// of the oldest, if there are too many, for the release's transaction to delete
+    /// ([`Place::release_txn`]: no write of their own). Best effort: none on a failed read.
+    pub(super) fn past(&self, c: &mut Client, fail: Fail<'_>, count: i64) -> Vec<Vec<u8>> {
+        let count = usize::try_from(count).unwrap_or(0);
+        if count <= MAX_EVENTS + SLACK {
+            return Vec::new();
+        }
+        let n = (count - MAX_EVENTS).min(MAX_PRUNE);
+        self.range(c, fail, "ASCEND", n, true)
+            .map(|kvs| kvs.into_iter().map(|kv| kv.key).collect())
+            .unwrap_or_default()
     }
 
     /// The operation that counts the stored events (and keys deeper down, which nobody makes).
@@ -272,6 +301,10 @@ impl Place {
             .map(|kv| {
                 let mut body = kv.value;
                 body.truncate(MAX_BODY);
+                // A start written in the lock's own transaction: its revision is the token.
+                if let Ok(token) = u64::try_from(kv.create_revision) {
+                    body = crate::history::add_token(body, token);
+                }
                 Stored { at_ms: None, body }
             })
             .collect())
@@ -289,6 +322,55 @@ impl Place {
         c.call("/v3/kv/deleterange", &json!({ "key": b64(&self.marker) }))
             .map_err(fail)?;
         Ok(())
+    }
+}
+
+impl super::EtcdBackend {
+    /// The lock and the run's start in one transaction, when nobody else is in the key's queue
+    /// (no key under `prefix`: etcd compares every key of a range, and none passes): the own
+    /// key, the start event and the count of the key's events. `None`: someone is (or was)
+    /// there, nothing was written, [`EtcdBackend::queue`] takes its turn. Else the create
+    /// revision, the own key and the count of events.
+    pub(super) fn alone(
+        &self,
+        c: &mut Client,
+        req: &crate::backend::Request<'_>,
+        prefix: &[u8],
+        lease: i64,
+        start: &crate::history::Opening,
+    ) -> anyhow::Result<Option<(i64, Vec<u8>, i64)>> {
+        let mut own = prefix.to_vec();
+        own.extend_from_slice(format!("{lease:x}").as_bytes());
+        let record = serde_json::to_vec(req.holder)?;
+        let [event, count] = Place::of(req.key).start_ops(start.body());
+        let txn = json!({
+            "compare": [{
+                "key": b64(prefix), "range_end": b64(&prefix_end(prefix)),
+                "target": "CREATE", "result": "EQUAL", "create_revision": "0"
+            }],
+            "success": [
+                { "request_put": {
+                    "key": b64(&own), "value": b64(&record), "lease": lease.to_string()
+                }},
+                event,
+                count,
+            ],
+        });
+        let r = c.call("/v3/kv/txn", &txn).map_err(|e| self.fail(e))?;
+        let r: reply::Txn = decode(&r, "transaction").map_err(|e| self.bad_reply(e))?;
+        // A success must answer the three operations (two puts, then the count): anything else
+        // is not etcd's answer to this transaction, and the run queues as usual (whose
+        // transaction finds the own key if it was made).
+        let shaped = r.responses.len() == 3
+            && r.responses[..2]
+                .iter()
+                .all(|op| op.response_range.is_none())
+            && r.range(2).is_ok();
+        if !r.succeeded || !shaped {
+            return Ok(None);
+        }
+        let count = r.range(2).map_or(0, |r| r.count);
+        Ok(Some((r.header.revision, own, count)))
     }
 }
 

@@ -222,9 +222,19 @@ impl Backend for EtcdBackend {
         }
         // From here on, every way out that is not a held lock revokes the lease, which deletes
         // the own key.
-        let result = self.queue(&mut c, req, &prefix, lease, sent);
+        let started = match req.start.filter(|_| req.mode == Mode::Exclusive) {
+            Some(start) => self.alone(&mut c, req, &prefix, lease, start),
+            None => Ok(None),
+        };
+        let result = match started {
+            Ok(Some((rev, key, count))) => Ok((rev, key, sent, Some(count))),
+            Ok(None) => self
+                .queue(&mut c, req, &prefix, lease, sent)
+                .map(|(rev, key, sent)| (rev, key, sent, None)),
+            Err(e) => Err(e),
+        };
         match result {
-            Ok((rev, key, sent)) => Ok(Box::new(EtcdLease {
+            Ok((rev, key, sent, started)) => Ok(Box::new(EtcdLease {
                 client: c,
                 lease,
                 key,
@@ -234,6 +244,8 @@ impl Backend for EtcdBackend {
                 addr: self.addr.clone(),
                 history: (req.mode == Mode::Exclusive).then(|| history::Place::of(req.key)),
                 broken: false,
+                started,
+                past: Vec::new(),
             })),
             Err(e) => {
                 // After a signal: quickly, and not ended by the signal itself (its wait took
@@ -530,6 +542,10 @@ struct EtcdLease {
     history: Option<history::Place>,
     /// Whether a safe break made our key its tombstone (seen by [`Lease::renew`]).
     broken: bool,
+    /// The run's start went in the lock's own transaction, which counted this many events.
+    started: Option<i64>,
+    /// The oldest events, for the release's transaction to delete (a history over its bound).
+    past: Vec<Vec<u8>>,
 }
 
 impl Lease for EtcdLease {
@@ -613,19 +629,29 @@ impl Lease for EtcdLease {
             return Ok(crate::history::Begun::NotKept);
         };
         let fail = |e| anyhow::anyhow!("etcd {}: {e}", self.addr);
+        if let Some(count) = self.started.take().filter(|_| once_per.is_none()) {
+            self.past = place.past(&mut self.client, &fail, count);
+            return Ok(crate::history::Begun::Started);
+        }
         place.begin(&mut self.client, &fail, start, once_per)
     }
 
     /// One transaction deletes the own key (the lock is free: the next waiter proceeds) and
-    /// adds the end; the lease is revoked after it, best effort (it holds nothing now).
+    /// adds the end. The lease, which holds nothing now, is left to run out (its TTL): a revoke
+    /// would be a second fsynced write on the way out, which a run without history does not
+    /// make either (its revoke is its release). A broken lease is cleared as
+    /// [`Lease::release`] clears it.
     fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
-        let Some(txn) = self.history.as_ref().map(|h| h.release_txn(&self.key, end)) else {
+        let txn = self
+            .history
+            .as_ref()
+            .map(|h| h.release_txn(&self.key, end, &self.past));
+        let Some(txn) = txn else {
             return self.release().map(|()| false);
         };
-        if self.client.call("/v3/kv/txn", &txn).is_err() {
+        if self.broken || self.client.call("/v3/kv/txn", &txn).is_err() {
             return self.release().map(|()| false);
         }
-        let _ = revoke_lease(&mut self.client, self.lease);
         Ok(true)
     }
 }

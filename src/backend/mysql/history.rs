@@ -166,6 +166,89 @@ fn prune(con: &mut Conn, key: &Key) -> mysql::Result<()> {
     exec(con, &sql, (k.clone(), n, k, n)).map(drop)
 }
 
+/// The holder record of an exclusive run (as [`MysqlBackend::record`] writes it, `conflict`
+/// as there) and its start, in one transaction (one log flush) and one round trip: the start
+/// (`start`, its token spliced in on the server) and the prune to the newest [`MAX_EVENTS`],
+/// only when no holder in another mode is there (a mismatch is refused; shared holders are
+/// waited for, after which `begin_run` writes the start). `None` when the statement failed
+/// (rolled back; the caller records the holder alone, and `begin_run` writes the start — or
+/// says why not — as it would have); else the token, the conflicting holder, the uptime and
+/// whether the start was written.
+pub(super) fn record_starting(
+    con: &mut Conn,
+    name: &str,
+    key: &Key,
+    holder: &crate::model::Record,
+    conflict: &str,
+    start: &crate::history::Opening,
+) -> Option<(u64, Option<crate::model::Holder>, u64, bool)> {
+    use super::rows::{hex, last_row};
+    let meta = super::rows::record_text(holder).ok()?;
+    let body = start.body();
+    let head = &body[..body.len().saturating_sub(1)];
+    let k = format!("CONVERT(X'{}' USING utf8mb4)", hex(key.as_str()));
+    let of_key = format!(
+        "lock_key = {k} AND OCTET_LENGTH(lock_key) = {}",
+        key.as_str().len()
+    );
+    let table = super::TABLE;
+    let prune = format!(
+        "DELETE FROM dlock_runs WHERE @dlock_started > 0 AND {of_key} AND id < (SELECT id \
+         FROM (SELECT id FROM dlock_runs WHERE {of_key} ORDER BY id DESC LIMIT 1 \
+         OFFSET {}) AS cut); ",
+        MAX_EVENTS - 1
+    );
+    let sql = format!(
+        "BEGIN; \
+         INSERT INTO {table} (name, fence, holder, connection_id) \
+         VALUES (X'{n}', CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED), \
+           CONVERT(X'{m}' USING utf8mb4), CONNECTION_ID()) \
+         ON DUPLICATE KEY UPDATE fence = fence + 1, holder = VALUES(holder), \
+           connection_id = VALUES(connection_id); \
+         SELECT fence, {conflict} INTO @dlock_fence, @dlock_other FROM {table} WHERE name = X'{n}'; \
+         INSERT INTO dlock_runs (lock_key, kind, at, body) \
+           SELECT {k}, 'start', UTC_TIMESTAMP(3), \
+             CONCAT(CONVERT(X'{b}' USING utf8mb4), ',\"token\":', @dlock_fence, '}}') \
+           FROM DUAL WHERE @dlock_other IS NULL; \
+         SET @dlock_started = ROW_COUNT(); \
+         {prune}COMMIT; \
+         SELECT @dlock_fence, @dlock_other, {uptime}, @dlock_started",
+        n = hex(name),
+        m = hex(&meta),
+        b = hex_bytes(head),
+        uptime = super::UPTIME,
+    );
+    match last_row::<(u64, Option<Vec<u8>>, i64, i64)>(con, &sql) {
+        Ok(Some((fence, other, uptime, started))) => {
+            let other = other.map(|m| super::conflict::conflict_holder(&m).unwrap_or_default());
+            Some((
+                fence,
+                other,
+                u64::try_from(uptime).unwrap_or(0),
+                started > 0,
+            ))
+        }
+        _ => {
+            let _ = con.query_drop("ROLLBACK");
+            None
+        }
+    }
+}
+
+/// The end `body` of `key`'s run, as one text statement (hex literals: nothing to escape).
+pub(super) fn insert_end_sql(key: &Key, body: &[u8]) -> String {
+    format!(
+        "INSERT INTO dlock_runs (lock_key, kind, at, body) VALUES \
+         (CONVERT(X'{}' USING utf8mb4), 'end', UTC_TIMESTAMP(3), CONVERT(X'{}' USING utf8mb4))",
+        super::rows::hex(key.as_str()),
+        hex_bytes(body)
+    )
+}
+
+fn hex_bytes(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02X}")).collect()
+}
+
 impl MysqlLease {
     /// [`Lease::begin_run`](crate::backend::Lease::begin_run) on the lock's connection.
     pub(super) fn begin_history(
@@ -176,6 +259,10 @@ impl MysqlLease {
         let Some(key) = self.history.clone() else {
             return Ok(Begun::NotKept);
         };
+        if std::mem::take(&mut self.started) && once_per.is_none() {
+            // Recorded with the holder record.
+            return Ok(Begun::Started);
+        }
         let addr = self.addr.clone();
         let Some(con) = self.con.as_mut() else {
             anyhow::bail!("{addr}: the lock's connection is gone");

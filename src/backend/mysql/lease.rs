@@ -14,6 +14,8 @@ pub(super) struct MysqlLease {
     pub(super) intruder: Option<u64>,
     /// The key whose run history this lease writes (exclusive leases only).
     pub(super) history: Option<Key>,
+    /// The run's start went in with the holder record ([`super::history::record_starting`]).
+    pub(super) started: bool,
     pub(super) addr: String,
     pub(super) ttl: Duration,
     /// The fencing token, when the acquiring request was sent, any hold-back.
@@ -108,15 +110,33 @@ impl Lease for MysqlLease {
         self.begin_history(start, once_per)
     }
 
-    /// The end goes on the lock's connection, before `RELEASE_LOCK`.
     /// The lock is let go first, then the end is written on the same connection: an INSERT
     /// held up by a table's metadata lock (an `ALTER`, a backup's `FLUSH TABLES WITH READ
-    /// LOCK`) must delay only this dlock's exit, never the next holder.
+    /// LOCK`) must delay only this dlock's exit, never the next holder. Both go in one round
+    /// trip (two statements, run in order); if the end's failed (no table yet), it is written
+    /// again the way `begin_run` writes a start, which creates the table.
     fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
-        if let Some(con) = self.con.as_mut() {
-            let _ = con.query_drop(format!("DO RELEASE_LOCK(X'{}')", hex(&self.name)));
-        }
-        let wrote = self.write_end(end);
+        let release = format!("DO RELEASE_LOCK(X'{}')", hex(&self.name));
+        let both = self
+            .history
+            .as_ref()
+            .map(|key| format!("{release}; {}", history::insert_end_sql(key, end)));
+        let wrote = match (self.con.as_mut(), both) {
+            (Some(con), Some(both)) => match con.query_drop(&both) {
+                Ok(()) => true,
+                Err(_) => {
+                    // The release went first; a failed one is retried (harmless: a lock not
+                    // held is not released).
+                    let _ = con.query_drop(&release);
+                    self.write_end(end)
+                }
+            },
+            (Some(con), None) => {
+                let _ = con.query_drop(&release);
+                false
+            }
+            (None, _) => false,
+        };
         self.release().map(|()| wrote)
     }
 

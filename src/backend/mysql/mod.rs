@@ -418,14 +418,29 @@ impl MysqlBackend {
             main: counter.to_string(),
             pattern: format!("{}r", slot_prefix(req.key)),
         });
-        let (fence, theirs, uptime) = self.record(
-            &mut con,
-            &name,
-            counter,
-            req.holder,
-            &conflict,
-            reader.as_ref(),
-        )?;
+        let start = req
+            .start
+            .filter(|_| req.mode == Mode::Exclusive && name == counter);
+        let folded = match start {
+            Some(start) => {
+                history::record_starting(&mut con, &name, req.key, req.holder, &conflict, start)
+            }
+            None => None,
+        };
+        let (fence, theirs, uptime, started) = match folded {
+            Some(r) => r,
+            None => {
+                let (fence, theirs, uptime) = self.record(
+                    &mut con,
+                    &name,
+                    counter,
+                    req.holder,
+                    &conflict,
+                    reader.as_ref(),
+                )?;
+                (fence, theirs, uptime, false)
+            }
+        };
         let mut acquired_at = sent;
         match theirs {
             Some(h) if req.mode == Mode::Exclusive && h.mode == Some(Mode::Shared) => {
@@ -442,6 +457,7 @@ impl MysqlBackend {
             watch: (req.mode != Mode::Exclusive).then(|| lock_name(req.key)),
             intruder: None,
             history: (req.mode == Mode::Exclusive).then(|| req.key.clone()),
+            started,
             addr: self.addr.clone(),
             ttl: req.ttl,
             grant: Grant {

@@ -14,7 +14,10 @@ pub(super) fn split_tls_params(url: &str) -> Result<(String, Option<mysql::SslOp
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("ssl-mode" | "ssl_mode" | "sslmode", v)) => mode = Some(v.to_ascii_uppercase()),
-            Some(("ssl-ca" | "ssl_ca" | "sslca", v)) => ca = Some(std::path::PathBuf::from(v)),
+            // Absolute now: see `postgres/url.rs` (the acquire holder runs in `/`).
+            Some(("ssl-ca" | "ssl_ca" | "sslca", v)) => {
+                ca = Some(crate::backend::absolute(std::path::PathBuf::from(v)))
+            }
             _ => rest.push(pair),
         }
     }

@@ -153,6 +153,58 @@ async fn create_then(client: &Client, sql: &str, params: &[Param<'_>]) -> Result
     run(client, sql, params).await
 }
 
+/// The common table expressions that add the run's start to the holder record's statement
+/// (`f`: the fence; `$1` the key, `$3` the start without its token, [`Opening`]), where
+/// `ours` holds: the insert, its token spliced in on the server. No prune: planning one cost a
+/// new session ~0.6 ms (any statement on `dlock_runs` is planned anew in each session); the
+/// release prunes, after the unlock, unawaited ([`PgLease::release_writing`]).
+///
+/// [`Opening`]: crate::history::Opening
+pub(super) fn start_ctes(ours: &str) -> String {
+    format!(
+        ", s AS (INSERT INTO dlock_runs (key, kind, at, body) \
+           SELECT $1, 'start', now(), left($3, -1) || ',\"token\":' || f.fence::text || '}}' \
+           FROM f WHERE {ours})"
+    )
+}
+
+/// SQL: deletes all but the newest [`MAX_EVENTS`] events of key $1.
+fn prune_sql() -> String {
+    format!(
+        "DELETE FROM dlock_runs WHERE key = $1 AND id < (SELECT id FROM dlock_runs \
+         WHERE key = $1 ORDER BY id DESC OFFSET {} LIMIT 1)",
+        MAX_EVENTS - 1
+    )
+}
+
+/// Sends `request` (its first poll does) and lets it go: the server runs it, nobody waits for
+/// its answer.
+fn send_only<F: Future>(request: F) {
+    let request = std::pin::pin!(request);
+    let _ = request.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+}
+
+/// The holder record's statement with the run's start in it ([`start_ctes`]), with
+/// `lock_timeout` at [`LOCK_PATIENCE`] and reset after, pipelined (one round trip, as
+/// [`bounded`]). The table is not created here: a server's error (`Err(None)`) falls back to
+/// the record alone; no answer or a broken connection is `Err(Some(why))`.
+pub(super) async fn bounded_record(
+    client: &Client,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<Rows, Option<String>> {
+    let set = client.batch_execute(LOCK_PATIENCE);
+    let rows = run(client, sql, params);
+    let reset = client.batch_execute(LOCK_RESET);
+    let (set, rows, _) = tokio::join!(set, rows, reset);
+    match (set, rows) {
+        (Ok(()), Ok(rows)) => Ok(rows),
+        (_, Err(f @ Fail::Timeout)) => Err(Some(f.text())),
+        (_, Err(Fail::Pg(e))) | (Err(e), _) if e.as_db_error().is_none() => Err(Some(db_text(&e))),
+        _ => Err(None),
+    }
+}
+
 /// SQL: adds the end event ($1 key, $2 body).
 const INSERT_END: &str =
     "INSERT INTO dlock_runs (key, kind, at, body) VALUES ($1, 'end', now(), $2)";
@@ -167,6 +219,11 @@ impl PgLease {
         start: &[u8],
         once_per: Option<Duration>,
     ) -> anyhow::Result<Begun> {
+        if self.started && once_per.is_none() && self.history.is_some() {
+            // Recorded with the holder record.
+            self.started = false;
+            return Ok(Begun::Started);
+        }
         let (Some(key), Some(s)) = (&self.history, &self.session) else {
             return match self.history {
                 None => Ok(Begun::NotKept),
@@ -244,7 +301,16 @@ impl PgLease {
         );
         let body = String::from_utf8_lossy(end);
         let params: [Param<'_>; 2] = [(&key.as_str(), Type::TEXT), (&body, Type::TEXT)];
-        match self.rt.block_on(bounded(&s.client, &sql, &params)) {
+        // The prune goes out behind the release, in the same write; the server runs it after
+        // the unlock, while dlock is on its way out (its answer is not waited for).
+        let prune = prune_sql();
+        let pruned = [(&key.as_str() as &(dyn ToSql + Sync), Type::TEXT)];
+        let releasing = async {
+            let released = bounded(&s.client, &sql, &params);
+            let pruning = async { send_only(s.client.query_typed(&prune, &pruned)) };
+            tokio::join!(released, pruning).0
+        };
+        match self.rt.block_on(releasing) {
             Ok(_) => {
                 self.session = None;
                 Ok(true)
@@ -254,7 +320,38 @@ impl PgLease {
     }
 }
 
+/// The statement that also records the run's start failed: record without it.
+#[derive(Debug)]
+pub(super) struct Folded;
+
+impl std::fmt::Display for Folded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the run's start could not be recorded with the lock")
+    }
+}
+
+impl std::error::Error for Folded {}
+
 impl PgBackend {
+    /// [`PgBackend::record`], and with `start` the run's start in the same statement
+    /// ([`history::start_ctes`]). A failure of that statement (the history table missing, no
+    /// right to write it, a lock on it) falls back to [`PgBackend::record`] alone; the lease's
+    /// `begin_run` writes the start then, as it would have.
+    pub(super) async fn record_starting(
+        &self,
+        s: &super::Session,
+        key: &Key,
+        held: i64,
+        holder: &crate::model::Record,
+        start: &crate::history::Opening,
+    ) -> anyhow::Result<((u64, u64, Vec<(i32, crate::model::Holder)>), bool)> {
+        match self.record_with(s, key, held, holder, Some(start)).await {
+            Ok(r) => Ok((r, true)),
+            Err(e) if e.is::<Folded>() => Ok((self.record(s, key, held, holder).await?, false)),
+            Err(e) => Err(e),
+        }
+    }
+
     fn history_error(&self, doing: &str, f: Fail) -> anyhow::Error {
         match f {
             Fail::Pg(e) => self.fail(doing, e),

@@ -27,6 +27,8 @@ pub(super) struct PgLease {
     pub(super) grant: Grant,
     /// Set before releasing: the session's end is then expected, not a loss.
     pub(super) releasing: Arc<std::sync::atomic::AtomicBool>,
+    /// The run's start went in with the holder record ([`super::history::start_ctes`]).
+    pub(super) started: bool,
 }
 
 impl Lease for PgLease {

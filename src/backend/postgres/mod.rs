@@ -247,15 +247,31 @@ impl PgBackend {
     /// seconds, and the key's other holder records, live or not (for the mode check, which
     /// asks `pg_locks` only about a record in another mode: [`PgBackend::live`]). Reading
     /// `pg_locks` in every acquisition cost ~1 ms of a new session's cold catalog.
-    async fn record(
+    pub(super) async fn record(
         &self,
         s: &Session,
         key: &Key,
         held: i64,
         holder: &Record,
     ) -> anyhow::Result<(u64, u64, Vec<(i32, Holder)>)> {
+        self.record_with(s, key, held, holder, None).await
+    }
+
+    pub(super) async fn record_with(
+        &self,
+        s: &Session,
+        key: &Key,
+        held: i64,
+        holder: &Record,
+        start: Option<&crate::history::Opening>,
+    ) -> anyhow::Result<(u64, u64, Vec<(i32, Holder)>)> {
         let id = advisory_id(key);
         let meta = serde_json::to_string(holder)?;
+        let ours = ground::is_ours(s).unwrap_or_else(|| "true".into());
+        let starting = match start {
+            Some(_) => history::start_ctes(&ours),
+            None => String::new(),
+        };
         // The key and the record are bind parameters: nothing from the user is SQL text.
         let sql = format!(
             "WITH f AS (INSERT INTO dlock_fences (id, fence) \
@@ -265,19 +281,34 @@ impl PgBackend {
              h AS (INSERT INTO dlock_holders (pid, id, key, fence, holder) \
                SELECT pg_backend_pid(), {held}, $1, f.fence, $2 FROM f \
                ON CONFLICT (pid) DO UPDATE SET id = EXCLUDED.id, key = EXCLUDED.key, \
-               fence = EXCLUDED.fence, holder = EXCLUDED.holder) \
+               fence = EXCLUDED.fence, holder = EXCLUDED.holder){starting} \
              SELECT fence, floor(extract(epoch FROM now() - pg_postmaster_start_time()))::bigint, \
                (SELECT json_agg(json_build_array(o.pid, {holder}))::text FROM \
                  (SELECT pid, holder FROM dlock_holders WHERE key = $1 \
                    AND pid <> pg_backend_pid() LIMIT {most}) o), {ours} FROM f",
             holder = rows::capped("o.holder"),
             most = 2 * slots::MAX_LIMIT,
-            ours = ground::is_ours(s).unwrap_or_else(|| "true".into()),
             first = retention::first_token(),
         );
         let client = &s.client;
-        let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
-            [(&key.as_str(), Type::TEXT), (&meta, Type::TEXT)];
+        let body = start.map(|o| String::from_utf8_lossy(o.body()).into_owned());
+        let key_text = key.as_str();
+        let mut params: Vec<(&(dyn tokio_postgres::types::ToSql + Sync), Type)> =
+            vec![(&key_text, Type::TEXT), (&meta, Type::TEXT)];
+        if let Some(body) = &body {
+            params.push((body, Type::TEXT));
+            let rows = match history::bounded_record(client, &sql, &params).await {
+                Ok(rows) => rows,
+                Err(None) => return Err(history::Folded.into()),
+                Err(Some(why)) => {
+                    return Err(self.reach.transport_error(format!(
+                        "{}: cannot record the holder: {why}",
+                        self.addr()
+                    )));
+                }
+            };
+            return self.recorded(s, rows).await;
+        }
         let mut result = self
             .typed(client, &sql, &params, COMMAND_TIMEOUT, "record the holder")
             .await;
@@ -308,7 +339,16 @@ impl PgBackend {
                 .typed(client, &sql, &params, COMMAND_TIMEOUT, "record the holder")
                 .await;
         }
-        let rows = result?;
+        self.recorded(s, result?).await
+    }
+
+    /// What [`PgBackend::record`]'s statement returned.
+    async fn recorded(
+        &self,
+        s: &Session,
+        rows: rows::Rows,
+    ) -> anyhow::Result<(u64, u64, Vec<(i32, Holder)>)> {
+        let client = &s.client;
         let row = rows.first().context("no fence returned")?;
         if cell(row, 3) != Some("t") {
             // The lock was granted on the server session that carries the mark, and this
@@ -517,7 +557,14 @@ impl Backend for PgBackend {
             // (idle_session_timeout) starts when that one ends, which is after it was sent. (The
             // grant's own send time could be a whole wait earlier.)
             let sent = BootInstant::now();
-            let (fence, uptime, others) = self.record(&s, req.key, held, req.holder).await?;
+            let start = req.start.filter(|_| req.mode == Mode::Exclusive);
+            let ((fence, uptime, others), started) = match start {
+                Some(o) => {
+                    self.record_starting(&s, req.key, held, req.holder, o)
+                        .await?
+                }
+                None => (self.record(&s, req.key, held, req.holder).await?, false),
+            };
             // Holders of the key in another mode (or another --limit) are a usage error.
             let want = req.mode.limit();
             let differ: Vec<&(i32, Holder)> = others
@@ -531,11 +578,11 @@ impl Backend for PgBackend {
                     return Err(super::mode_mismatch(req.key, req.mode, &theirs.describe()));
                 }
             }
-            Ok((s, held, sent, fence, uptime))
+            Ok((s, held, sent, fence, uptime, started))
         });
         drop(guard);
         // On any error the session is dropped here, which releases whatever it holds.
-        let (session, held, sent, fence, uptime) = result?;
+        let (session, held, sent, fence, uptime, started) = result?;
         let count = broken::check_sql(held);
         Ok(Box::new(PgLease {
             check: match ground::is_ours(&session) {
@@ -555,6 +602,7 @@ impl Backend for PgBackend {
                 held_back_until: super::hold_back_until(uptime, req.ttl),
             },
             releasing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            started,
         }))
     }
 

@@ -154,7 +154,9 @@ fn take_tls_params(url: &str) -> Result<(String, super::stream::Tls), String> {
                     other => return Err(format!("unknown sslmode '{other}'")),
                 }
             }
-            "sslrootcert" => tls.root = Some(PathBuf::from(v)),
+            // Absolute now: the acquire holder leaves the caller's directory, and connects again
+            // from `/` (a relative file would not be found there).
+            "sslrootcert" => tls.root = Some(crate::backend::absolute(PathBuf::from(v))),
             _ => kept.push(pair),
         }
     }
@@ -265,6 +267,12 @@ mod tests {
         .unwrap();
         assert_eq!(c.tls.mode, super::super::stream::SslMode::VerifyFull);
         assert_eq!(c.tls.root.as_deref(), Some(std::path::Path::new("/ca.pem")));
+        // A relative CA file is resolved against the directory of the parse (the caller's): the
+        // acquire holder later connects from `/`.
+        let c = PgConfig::parse("postgres://u:p@h/db?sslmode=verify-ca&sslrootcert=certs/ca.pem")
+            .unwrap();
+        let here = std::env::current_dir().unwrap();
+        assert_eq!(c.tls.root, Some(here.join("certs/ca.pem")));
         assert!(PgConfig::parse("postgres://u:p@h/db?sslmode=sometimes").is_err());
         let Err(e) = PgConfig::parse("postgres://u:s3cr3t@h:notaport/db") else {
             panic!("a bad port parsed");

@@ -1,0 +1,309 @@
+//! The acquire holder's watchdog (`src/hold/watchdog.rs`): a `kill -9` of the holder never lets
+//! a waiter's command start while the owner's group still runs — on the file backend and
+//! PostgreSQL (whose locks end with the holder's descriptors and connections) and on Redis
+//! (whose lease runs out later) — and a `kill -9` of the watchdog alone gets it replaced, the
+//! lock kept. Also: the holder and its watchdog keep no caller's directory (issue 40 item 7).
+//! The simulated old kernels (`kernels.rs`) run the first case too.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::acquire::start_owner;
+use crate::servers::{shared_postgres, shared_redis};
+use crate::util::*;
+
+/// The holder's watchdog: its only child. (Not found by its name, `d-lock-guard`: while it
+/// executes dlock anew, 20 ms after it started, its name is the binary's for a moment.)
+pub(crate) fn watchdog_of(holder: i32) -> Option<i32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{holder}/task/{holder}/children")).ok()?;
+    children
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .find(|&p| alive(p))
+}
+
+/// Starts an owner whose background child ignores SIGTERM: (owner, the child's pid).
+fn owner_with_stubborn_child(
+    b: &TestBackend,
+    key: &str,
+    dir: &Path,
+) -> (crate::acquire::Owner, i32) {
+    let child = dir.join("child");
+    let tail = format!(
+        "sh -c 'trap \"\" TERM; echo $$ > {}; while :; do sleep 0.1; done' & wait",
+        child.display()
+    );
+    let o = start_owner(b, &["-k", key], &tail);
+    let child: i32 = wait_for_file(&child, Duration::from_secs(5))
+        .parse()
+        .unwrap();
+    (o, child)
+}
+
+/// Kills the holder with SIGKILL while a waiter `dlock run --wait` is queued whose command
+/// records the owner's child's state as it starts: it must find it dead (a zombie or gone).
+fn kill_holder_and_check_the_waiter(
+    b: &TestBackend,
+    key: &str,
+    dir: &Path,
+    holder: i32,
+    child: i32,
+) {
+    let seen = dir.join("seen");
+    let script = format!(
+        "s=$(cut -d' ' -f3 /proc/{child}/stat 2>/dev/null); echo \"${{s:-gone}}\" > {f}.tmp; \
+         mv {f}.tmp {f}",
+        f = seen.display()
+    );
+    let waiter = Proc::spawn(&mut b.run(key, &["--wait", "60s"], &sh(&script)));
+    assert!(watchdog_of(holder).is_some(), "the holder has a watchdog");
+    // SAFETY: kill takes two integers; `holder` is the live holder of this test's lock.
+    unsafe { libc::kill(holder, libc::SIGKILL) };
+    let state = wait_for_file(&seen, b.ttl + Duration::from_secs(15));
+    assert!(
+        state == "Z" || state == "X" || state == "gone",
+        "on {}: the waiter's command started while the owner's child ({child}) ran (state {state})",
+        b.kernel.name()
+    );
+    let (out, _) = waiter.wait(Duration::from_secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+    wait_until(
+        Duration::from_secs(3),
+        "the owner's child to be gone",
+        || !alive(child),
+    );
+}
+
+/// `kill -9` of the holder: the watchdog kills the owner's group (its SIGTERM-ignoring child
+/// included) before the lock can pass to a waiter.
+pub(crate) fn kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts(b: &TestBackend) {
+    let key = unique_key("wd-kill9");
+    let dir = scratch("wd-kill9");
+    let (o, child) = owner_with_stubborn_child(b, &key, &dir);
+    kill_holder_and_check_the_waiter(b, &key, &dir, o.holder, child);
+    let (out, _) = o.p.wait(Duration::from_secs(5));
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// `kill -9` of the watchdog alone: the holder, which still holds the lock, starts a new one
+/// (the lock is kept, nothing is stopped), and that one guards the owner as the first did.
+pub(crate) fn kill_9_of_the_watchdog_gets_a_new_one_and_the_lock_is_kept(b: &TestBackend) {
+    let key = unique_key("wd-replaced");
+    let dir = scratch("wd-replaced");
+    let (o, child) = owner_with_stubborn_child(b, &key, &dir);
+    let first = watchdog_of(o.holder).expect("a watchdog");
+    // SAFETY: kill takes two integers; `first` is the holder's watchdog, just read.
+    unsafe { libc::kill(first, libc::SIGKILL) };
+    wait_until(Duration::from_secs(3), "a new watchdog", || {
+        watchdog_of(o.holder).is_some_and(|w| w != first)
+    });
+    assert!(
+        alive(o.holder) && alive(o.pid) && alive(child),
+        "nothing was stopped"
+    );
+    assert!(!b.is_free(&key), "the lock is still held");
+    kill_holder_and_check_the_waiter(b, &key, &dir, o.holder, child);
+}
+
+/// Expands to one `#[test]` per watchdog case for a backend.
+macro_rules! watchdog {
+    ($make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                let backend = $make;
+                crate::acquire_watchdog::$case(&backend);
+            }
+        )*
+    };
+}
+
+mod file {
+    use super::*;
+    watchdog!(TestBackend::file();
+        kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts,
+        kill_9_of_the_watchdog_gets_a_new_one_and_the_lock_is_kept,
+    );
+}
+
+mod postgres {
+    use super::*;
+    watchdog!(
+        match shared_postgres() {
+            Some(p) => TestBackend::postgres(&p.url()),
+            None => return,
+        };
+        kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts,
+        kill_9_of_the_watchdog_gets_a_new_one_and_the_lock_is_kept,
+    );
+}
+
+mod redis {
+    use super::*;
+    watchdog!(
+        match shared_redis() {
+            Some(url) => TestBackend::redis(&url),
+            None => return,
+        };
+        kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts,
+    );
+}
+
+/// The holder and its watchdog leave the caller's working directory (an unmount there is not
+/// blocked by a held lock): both run in `/`.
+#[test]
+fn the_holder_and_its_watchdog_keep_no_working_directory() {
+    let b = TestBackend::file();
+    let key = unique_key("wd-cwd");
+    let o = start_owner(&b, &["-k", &key], "sleep 60");
+    let watchdog = watchdog_of(o.holder).expect("a watchdog");
+    for pid in [o.holder, watchdog] {
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
+        assert_eq!(cwd, Path::new("/"), "pid {pid}");
+    }
+    run_ok(&mut crate::acquire::release(&o.handle));
+    // SAFETY: kill takes two integers; the owner leads a group of its own.
+    unsafe { libc::kill(-o.pid, libc::SIGKILL) };
+    wait_until(Duration::from_secs(3), "the watchdog to exit", || {
+        !alive(watchdog)
+    });
+}
+
+/// Issue 40 item 8: a process-group id the owner never led is never signalled as "its group".
+/// The owner (`--owner P`, a `sleep` inside its parent's group) exits while the holder is
+/// stopped, and its pid P is handed (through `ns_last_pid`, as root) to a stranger that makes
+/// a group P of its own; the holder, continued, sees its owner's exit and must leave group P
+/// alone. Before, it took any running group P for the owner's and sent it SIGTERM.
+#[test]
+fn a_group_the_owner_never_led_is_not_signalled_when_its_number_is_reused() {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("DLOCK_TEST_REQUIRE_BACKENDS").is_none(),
+            "this test needs root, to choose the next pid"
+        );
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let b = TestBackend::file();
+    let key = unique_key("wd-reused-group");
+    let dir = scratch("wd-reused-group");
+    let f = dir.join("owner");
+    let script = format!("sleep 600 & echo $! > {}; wait", f.display());
+    let mut parent = std::process::Command::new("sh");
+    parent.args(["-c", &script]);
+    std::os::unix::process::CommandExt::process_group(&mut parent, 0);
+    let parent = Proc::spawn(&mut parent);
+    let owner: i32 = wait_for_file(&f, Duration::from_secs(5)).parse().unwrap();
+    let out = run_ok(crate::acquire::cmd(&b, "acquire").args([
+        "-k",
+        &key,
+        "--owner",
+        &owner.to_string(),
+        "--format",
+        "json",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let holder = v["holder_pid"].as_i64().unwrap() as i32;
+    // SAFETY: kill takes two integers; `holder` is this test's holder.
+    unsafe { libc::kill(holder, libc::SIGSTOP) };
+    // SAFETY: as above; `owner` is this test's `sleep`, not yet reaped.
+    unsafe { libc::kill(owner, libc::SIGKILL) };
+    wait_until(Duration::from_secs(5), "the owner to be reaped", || {
+        !Path::new(&format!("/proc/{owner}")).exists()
+    });
+    parent.wait(Duration::from_secs(5));
+    let mut stranger = None;
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (owner - 1).to_string()).unwrap();
+        let mut c = std::process::Command::new("setsid");
+        c.args(["sleep", "60"]);
+        let child = c.spawn().unwrap();
+        if child.id() as i32 == owner {
+            stranger = Some(child);
+            break;
+        }
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut stranger = stranger.expect("a process with the owner's old pid");
+    wait_until(
+        Duration::from_secs(5),
+        "the stranger to lead group P",
+        || {
+            std::fs::read_to_string(format!("/proc/{owner}/stat"))
+                .is_ok_and(|s| s.contains(&format!(" {owner} {owner} ")))
+        },
+    );
+    // SAFETY: kill takes two integers; `holder` is this test's stopped holder.
+    unsafe { libc::kill(holder, libc::SIGCONT) };
+    wait_until(
+        Duration::from_secs(5),
+        "the holder to see its owner's exit",
+        || !alive(holder),
+    );
+    let survived = stranger.try_wait().unwrap().is_none();
+    let _ = stranger.kill();
+    let _ = stranger.wait();
+    assert!(
+        survived,
+        "the holder signalled group {owner}, which was a stranger's"
+    );
+}
+
+/// The holder works in `/`, yet a relative `sslrootcert=` given from the caller's directory
+/// still works when it connects again after holding: a broken lock's end is recorded on a new
+/// session, from a backend opened anew (PostgreSQL over TLS, verify-full). Before the URL's
+/// path was made absolute (`config.rs`), that connection looked for the CA in `/` and the end
+/// went unrecorded.
+#[test]
+fn a_relative_ca_file_still_works_once_the_holder_left_the_callers_directory() {
+    let Some((pg, ca)) = crate::servers::Postgres::start_tls() else {
+        return;
+    };
+    let dir = ca.parent().unwrap().to_path_buf();
+    let name = ca.file_name().unwrap().to_str().unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=verify-full&sslrootcert={name}",
+        pg.port
+    );
+    let b = TestBackend::postgres(&url);
+    let key = unique_key("wd-relative-ca");
+    let in_dir = |sub: &str| {
+        let mut c = crate::acquire::cmd(&b, sub);
+        c.current_dir(&dir);
+        c
+    };
+    let out = run_ok(in_dir("acquire").args([
+        "--ttl",
+        "2s",
+        "-k",
+        &key,
+        "--owner",
+        "none",
+        "--max-hold",
+        "1m",
+        "--format",
+        "json",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let holder = v["holder_pid"].as_i64().unwrap() as i32;
+    let cwd = std::fs::read_link(format!("/proc/{holder}/cwd")).unwrap();
+    assert_eq!(cwd, Path::new("/"));
+    run_ok(in_dir("break").args(["-k", &key]));
+    wait_until(Duration::from_secs(10), "the holder to notice", || {
+        !alive(holder)
+    });
+    let out = run_ok(in_dir("log").args(["-k", &key, "--json", "-r", "1"]));
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(runs[0]["ending"]["code"], 79, "{runs:#}");
+    assert!(runs[0]["ending"]["lost"].is_string(), "{runs:#}");
+}
