@@ -17,6 +17,7 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A key no other test (or earlier run) uses: the test's name, this process and a counter.
 pub(crate) fn unique_key(name: &str) -> String {
+    default_signal_dispositions();
     format!(
         "{name}-{}-{}",
         std::process::id(),
@@ -273,6 +274,28 @@ impl TestBackend {
     }
 }
 
+/// Puts this test binary in a process group of its own, unless it is a terminal's foreground
+/// group (where Ctrl-C must reach it). Tests stop processes they start (SIGSTOP: a frozen
+/// holder, a waiter held back, the watchdog stopping an owner's tree); a group with a stopped
+/// member that is — or becomes — orphaned gets SIGHUP from the kernel, and under a CI runner
+/// or `nohup` the group cargo runs in is orphaned from the start (every member's parent is in
+/// it or outside the session), so any exit of a process that parented one of its members sent
+/// SIGHUP to cargo and every test at once (CI saw the binary die of it). A group whose leader's
+/// parent (cargo) is in another group of the same session is never orphaned while that parent
+/// lives.
+fn own_process_group() {
+    // SAFETY: getpgrp takes nothing and cannot fail.
+    let me = unsafe { libc::getpgrp() };
+    let foreground = [0, 1, 2].into_iter().any(|fd| {
+        // SAFETY: tcgetpgrp takes a descriptor number; a non-terminal gives -1.
+        unsafe { libc::tcgetpgrp(fd) == me }
+    });
+    if !foreground {
+        // SAFETY: setpgid with two integers; it fails harmlessly for a session leader.
+        unsafe { libc::setpgid(0, 0) };
+    }
+}
+
 /// Gives every process the tests start the signal dispositions a test means: default. A test
 /// binary started under `nohup` (SIGHUP ignored, as some CI runners and job schedulers start
 /// jobs) would pass that on to every dlock it starts, which would keep it (rightly: what a
@@ -282,6 +305,7 @@ impl TestBackend {
 pub(crate) fn default_signal_dispositions() {
     static DONE: std::sync::Once = std::sync::Once::new();
     DONE.call_once(|| {
+        own_process_group();
         for sig in [
             libc::SIGHUP,
             libc::SIGINT,
