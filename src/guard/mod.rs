@@ -42,6 +42,7 @@
 )]
 
 mod buf;
+mod family;
 mod guardian;
 mod tree;
 
@@ -75,9 +76,6 @@ mod to_guard {
     pub(super) const DEADLINE: u8 = b'D';
     /// Kill the whole tree now (SIGKILL, round after round, until nothing is left).
     pub(super) const KILL: u8 = b'X';
-    /// A clean end (a watchdog's holder released or stopped what it watches): exit at once,
-    /// touching nothing.
-    pub(super) const DISMISS: u8 = b'Q';
 }
 
 /// Messages from the guardian to dlock.
@@ -232,13 +230,19 @@ impl Guardian {
         }
     }
 
-    /// Tells a watchdog of a clean end (the lock is being given back or was lost, and the owner
-    /// is stopped or gone): it exits without signalling anything. Reap it with
+    /// Ends a watchdog at a clean end (the lock is being given back or was lost, and the owner
+    /// is stopped or gone): SIGKILL, so that it signals nothing and cannot be kept from exiting
+    /// (a message could sit unread in a full pipe of a stopped watchdog, and the holder wait
+    /// for it for ever). Our unreaped child: its pid cannot have been reused. Reap it with
     /// [`Guardian::reap`] before the end is final: until then it holds its copies of the lock's
     /// descriptors. (Its exit overlaps with the release's round trip.)
     pub(crate) fn dismiss(&self) {
-        self.tell(to_guard::DISMISS, 0);
-        // A stopped watchdog would not read it: our unreaped child, safe to signal by pid.
+        let _ = raw::kill(self.pid, libc::SIGKILL);
+    }
+
+    /// Continues the guardian if something stopped it (a stopped watchdog protects nothing).
+    /// Our unreaped child: safe to signal by pid.
+    pub(crate) fn resume(&self) {
         let _ = raw::kill(self.pid, libc::SIGCONT);
     }
 
