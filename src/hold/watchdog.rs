@@ -115,7 +115,7 @@ impl Watchdog {
         }
     }
 
-    /// Tells it of a clean end, before the lock is given back: it exits touching nothing.
+    /// Ends it (SIGKILL) at a clean end, before the lock is given back: it touches nothing.
     /// [`Watchdog::reap`] waits for that, after the release (the two overlap).
     pub(super) fn dismiss(&mut self) {
         if let Some(g) = &self.guardian {
