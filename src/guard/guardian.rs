@@ -268,9 +268,17 @@ impl Guard {
                 self.owner_fd = -1;
             }
         }
-        if self.owner == 0 && self.group != 0 && !tree::group_runs(self.group) {
+        if self.owner == 0 && self.group != 0 && self.group_gone() {
             self.group = 0;
         }
+    }
+
+    /// Whether the owner's group is to be forgotten: no process of it runs, or its number
+    /// (the owner's pid: it led it) is now another process's pid (the owner's group emptied,
+    /// and that one may lead a group of the same number).
+    fn group_gone(&self) -> bool {
+        !tree::group_runs(self.group)
+            || tree::stat_of(self.group).is_some_and(|st| st.start != self.owner_start)
     }
 
     /// A watchdog's test of the end: neither the owner, nor any process of its group, nor any
@@ -280,7 +288,7 @@ impl Guard {
         if self.owner != 0 && !self.owner_runs() {
             self.owner = 0;
         }
-        if self.group != 0 && !tree::group_runs(self.group) {
+        if self.group != 0 && self.group_gone() {
             self.group = 0;
         }
         let none = family.prune();

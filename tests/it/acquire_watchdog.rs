@@ -363,11 +363,16 @@ fn a_stopped_watchdog_is_continued_and_a_release_does_not_wait_for_it() {
     let key = unique_key("wd-stopped");
     let o = start_owner(&b, &["-k", &key], "sleep 60");
     let watchdog = watchdog_of(o.holder).expect("a watchdog");
-    // SAFETY: kill takes two integers; `watchdog` is this test's holder's watchdog.
+    // The holder frozen first, so that it cannot continue the watchdog before it is seen
+    // stopped. SAFETY: kill takes two integers; these are this test's holder and watchdog.
+    unsafe { libc::kill(o.holder, libc::SIGSTOP) };
+    // SAFETY: as above.
     unsafe { libc::kill(watchdog, libc::SIGSTOP) };
     wait_until(Duration::from_secs(5), "the watchdog to stop", || {
         state_of(watchdog).as_deref() == Some("T")
     });
+    // SAFETY: as above.
+    unsafe { libc::kill(o.holder, libc::SIGCONT) };
     wait_until(
         b.ttl + Duration::from_secs(3),
         "the holder to continue its watchdog",
@@ -407,6 +412,17 @@ fn pidfds_of(pid: i32) -> usize {
 /// watchdog took any running group P for the owner's and SIGKILLed it.
 #[test]
 fn a_watchdog_forgets_the_group_of_an_owner_that_exited_while_the_holder_was_frozen() {
+    owner_exits_while_the_holder_is_frozen_and_a_stranger_takes_its_group(true);
+}
+
+/// The same, the holder continued instead: it sees its owner's exit and must not take group P,
+/// which a new process with the owner's pid leads, for the owner's. Before, it sent it SIGTERM.
+#[test]
+fn a_holder_continued_leaves_a_group_whose_number_came_round_to_a_stranger() {
+    owner_exits_while_the_holder_is_frozen_and_a_stranger_takes_its_group(false);
+}
+
+fn owner_exits_while_the_holder_is_frozen_and_a_stranger_takes_its_group(kill_holder: bool) {
     // SAFETY: geteuid takes nothing and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         assert!(
@@ -470,16 +486,20 @@ fn a_watchdog_forgets_the_group_of_an_owner_that_exited_while_the_holder_was_fro
                 .is_ok_and(|s| s.contains(&format!(" {pid} {pid} ")))
         },
     );
+    let sig = if kill_holder {
+        libc::SIGKILL
+    } else {
+        libc::SIGCONT
+    };
     // SAFETY: kill takes two integers; `holder` is this test's stopped holder.
-    unsafe { libc::kill(holder, libc::SIGKILL) };
-    wait_until(Duration::from_secs(5), "the watchdog to exit", || {
-        !alive(watchdog)
-    });
+    unsafe { libc::kill(holder, sig) };
+    wait_until(
+        Duration::from_secs(5),
+        "the holder and watchdog to exit",
+        || !alive(watchdog) && !alive(holder),
+    );
     let survived = stranger.try_wait().unwrap().is_none();
     let _ = stranger.kill();
     let _ = stranger.wait();
-    assert!(
-        survived,
-        "the watchdog killed group {pid}, which was a stranger's"
-    );
+    assert!(survived, "group {pid}, a stranger's, was signalled");
 }
