@@ -269,7 +269,7 @@ impl Guardian {
         let (from_dlock, to_guard) = pipe()?;
         let (from_guard, to_dlock) = pipe()?;
         let watching = plan.is_none();
-        let setup = Setup {
+        let mut setup = Setup {
             plan,
             watch,
             close,
@@ -285,11 +285,17 @@ impl Guardian {
         };
         // A watchdog starts nothing, and calls nothing but raw system calls from its first
         // instruction: it is not waited for (that would put its first time slice on the
-        // holder's path). Its setup is never freed instead (a few words, once per holder).
-        let setup = Box::into_raw(Box::new(setup));
+        // holder's path). Its setup is never freed instead (a few words, once per watchdog);
+        // a guardian's stays on this stack, which outlives its reading (waited for below).
+        let setup: *mut Setup<'_> = if watching {
+            Box::leak(Box::new(setup))
+        } else {
+            &mut setup
+        };
         // SAFETY: `guardian::entry` runs on its own stack (mapped above, never unmapped) in this
         // process's memory. It reads `setup` only until it reports on `to_dlock`; a guardian's
-        // is freed below only after that report (or the guardian's end), a watchdog's never.
+        // is this function's, which returns only after that report (or the guardian's end), a
+        // watchdog's is never freed.
         // No CLONE_FILES: the guardian gets its own copy of the descriptor table, which is the
         // point. No CLONE_SIGHAND or CLONE_THREAD: its own dispositions, its own pid.
         let pid = unsafe {
@@ -301,11 +307,8 @@ impl Guardian {
             )
         };
         if pid < 0 {
-            // No guardian exists: errno is ours alone, and the setup ours to free.
-            let e = io::Error::last_os_error();
-            // SAFETY: from `Box::into_raw` above; nothing else refers to it.
-            drop(unsafe { Box::from_raw(setup) });
-            return Err(e);
+            // No guardian exists: errno is ours alone.
+            return Err(io::Error::last_os_error());
         }
         crate::trace::stage("guardian");
         // Closed without the C library: the guardian may be using `errno` now.
@@ -334,13 +337,10 @@ impl Guardian {
                 Err(libc::EAGAIN | libc::EINTR) => {
                     raw::poll(&mut fds, None);
                 }
-                // The guardian died before it said (killed): its end closed. Its setup is left
-                // as it is (a few words).
+                // The guardian died before it said (killed): its end closed.
                 _ => return Ok((g, None)),
             }
         };
-        // SAFETY: from `Box::into_raw` above; the guardian reported, and reads it no more.
-        drop(unsafe { Box::from_raw(setup) });
         Ok((g, first))
     }
 
