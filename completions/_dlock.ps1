@@ -33,6 +33,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Stop the holder of KEY and free the lock once it has stopped')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure the backend: lock latency, hand-off latency and throughput')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check the server and what stands between: can a lock there be sound?')
+            [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Remove what keys untouched for 30 days left on the backend (their history, lock files, counters)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -212,6 +213,22 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'dlock;prune' {
+            [CompletionResult]::new('-b', '-b', [CompletionResultType]::ParameterName, 'Lock backend [default: from the URL''s scheme, else file]')
+            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'Lock backend [default: from the URL''s scheme, else file]')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock')
+            [CompletionResult]::new('--older-than', '--older-than', [CompletionResultType]::ParameterName, 'Remove keys untouched for DURATION instead of 30 days (at least 1s)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'dlock;completions' {
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
@@ -228,6 +245,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Stop the holder of KEY and free the lock once it has stopped')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure the backend: lock latency, hand-off latency and throughput')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check the server and what stands between: can a lock there be sound?')
+            [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Remove what keys untouched for 30 days left on the backend (their history, lock files, counters)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -254,6 +272,9 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;help;doctor' {
+            break
+        }
+        'dlock;help;prune' {
             break
         }
         'dlock;help;completions' {

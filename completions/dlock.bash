@@ -37,6 +37,9 @@ _dlock() {
             dlock,log)
                 cmd="dlock__subcmd__log"
                 ;;
+            dlock,prune)
+                cmd="dlock__subcmd__prune"
+                ;;
             dlock,release)
                 cmd="dlock__subcmd__release"
                 ;;
@@ -66,6 +69,9 @@ _dlock() {
                 ;;
             dlock__subcmd__help,log)
                 cmd="dlock__subcmd__help__subcmd__log"
+                ;;
+            dlock__subcmd__help,prune)
+                cmd="dlock__subcmd__help__subcmd__prune"
                 ;;
             dlock__subcmd__help,release)
                 cmd="dlock__subcmd__help__subcmd__release"
@@ -100,7 +106,7 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-h -V --help --version run acquire release status log break bench doctor completions help"
+            opts="-h -V --help --version run acquire release status log break bench doctor prune completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -462,7 +468,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__help)
-            opts="run acquire release status log break bench doctor completions help"
+            opts="run acquire release status log break bench doctor prune completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -560,6 +566,20 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__help__subcmd__log)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__help__subcmd__prune)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -674,6 +694,49 @@ _dlock() {
                     ;;
                 -n)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__prune)
+            opts="-b -u -v -q -h -V --backend --url --older-than --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --backend)
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                -b)
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -u)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --older-than)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 *)

@@ -30,6 +30,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand break 'Stop the holder of KEY and free the lock once it has stopped'
             cand bench 'Measure the backend: lock latency, hand-off latency and throughput'
             cand doctor 'Check the server and what stands between: can a lock there be sound?'
+            cand prune 'Remove what keys untouched for 30 days left on the backend (their history, lock files, counters)'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -200,6 +201,21 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'dlock;prune'= {
+            cand -b 'Lock backend [default: from the URL''s scheme, else file]'
+            cand --backend 'Lock backend [default: from the URL''s scheme, else file]'
+            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand --older-than 'Remove keys untouched for DURATION instead of 30 days (at least 1s)'
+            cand -v 'Log acquire, renew and release events with timings'
+            cand --verbose 'Log acquire, renew and release events with timings'
+            cand -q 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
+            cand --quiet 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'dlock;completions'= {
             cand -h 'Print help'
             cand --help 'Print help'
@@ -215,6 +231,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand break 'Stop the holder of KEY and free the lock once it has stopped'
             cand bench 'Measure the backend: lock latency, hand-off latency and throughput'
             cand doctor 'Check the server and what stands between: can a lock there be sound?'
+            cand prune 'Remove what keys untouched for 30 days left on the backend (their history, lock files, counters)'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -233,6 +250,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;help;bench'= {
         }
         &'dlock;help;doctor'= {
+        }
+        &'dlock;help;prune'= {
         }
         &'dlock;help;completions'= {
         }

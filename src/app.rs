@@ -101,6 +101,16 @@ fn command_code() -> u8 {
                 Err(e) => report::usage(&e),
             }
         }
+        Command::Prune(a) => match crate::config::Target::from_args(&a.backend) {
+            Ok(target) => match backend::open_existing(&target) {
+                Ok(b) => {
+                    report::set_verbosity(crate::model::Verbosity::from(&a.output));
+                    history::retention::prune_all(b.as_ref(), a.older_than, a.output.quiet)
+                }
+                Err(e) => report::fail(target.kind.name(), &e, exit::DEFAULT_CONFLICT),
+            },
+            Err(e) => report::usage(&e),
+        },
         Command::Completions(a) => {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(&crate::generate::completion(a.shell));
@@ -367,6 +377,7 @@ impl Closing<'_> {
         if !matches!(wrote, Ok(true)) {
             log.write_end(self.backend, &end);
         }
+        history::retention::after_run(self.backend);
         wrote.map(|_| ())
     }
 

@@ -373,6 +373,16 @@ ok, warn (the lock is weakened) or unsafe (no lock can be sound), with what to c
         after_long_help = table("Exit status", DOCTOR_EXIT_STATUS)
     )]
     Doctor(DoctorArgs),
+    /// Remove what keys untouched for 30 days left on the backend (their history, lock files, counters)
+    #[command(
+        long_about = "Remove at once what keys untouched for the retention (30 days) left on the \
+backend: their run history, and their lock file, fencing counter or node where one stays behind \
+a free lock. dlock also does this as it goes, a few keys after some runs; this is for cleaning up \
+at once (after a burst of per-build keys, say). A key that is held or waited for is never \
+touched, and a key used again later still gets larger fencing tokens than before. Prints how \
+many keys it removed."
+    )]
+    Prune(PruneArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
 }
@@ -672,6 +682,29 @@ pub(crate) struct BreakArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// `dlock prune`.
+#[derive(Debug, Args)]
+pub(crate) struct PruneArgs {
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    /// Remove keys untouched for DURATION instead of 30 days (at least 1s)
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, value_hint = ValueHint::Other)]
+    pub older_than: Option<Duration>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// A duration of at least a second (`dlock prune --older-than`).
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_secs(1) {
+        return Err("must be at least 1s".into());
+    }
+    Ok(d)
 }
 
 /// `dlock completions`.

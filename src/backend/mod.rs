@@ -256,6 +256,15 @@ pub(crate) trait Backend {
         Ok(())
     }
 
+    /// Retention ([`crate::history::retention`]): removes the traces of at most `most` keys
+    /// untouched for `older_than` — never a key held or waited for, and never so that a key
+    /// used again gets a smaller fencing token. Returns how many keys it removed. Default:
+    /// nothing stays behind (or the server expires it).
+    fn prune(&self, older_than: Duration, most: usize) -> anyhow::Result<usize> {
+        let _ = (older_than, most);
+        Ok(0)
+    }
+
     /// `dlock break` ([`BreakHow`]): a safe break tells `key`'s dlock holders to stop and
     /// removes nothing before they have (or before their leases have run out); a forced one
     /// removes the lock at once. Returns the status just before. Idempotent: a free lock is not

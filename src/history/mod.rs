@@ -11,6 +11,7 @@
 
 pub(crate) mod cmd;
 pub(crate) mod record;
+pub(crate) mod retention;
 pub(crate) mod show;
 
 use std::time::Duration;

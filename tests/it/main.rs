@@ -33,6 +33,7 @@ mod redis_cluster;
 mod redis_ground;
 mod redis_sentinel;
 mod redlock;
+mod retention;
 mod servers;
 mod sql_safety;
 mod trace;

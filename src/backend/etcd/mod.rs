@@ -30,6 +30,7 @@ mod http;
 mod names;
 mod queue;
 mod reply;
+mod retention;
 mod tombstone;
 mod url;
 
@@ -316,6 +317,10 @@ impl Backend for EtcdBackend {
                 .map_err(|e| self.fail(e))?;
         }
         history::Place::of(key).purge(&mut c, &|e| self.fail(e))
+    }
+
+    fn prune(&self, older_than: Duration, most: usize) -> anyhow::Result<usize> {
+        self.prune_keys(older_than, most)
     }
 
     fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {

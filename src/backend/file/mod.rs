@@ -18,6 +18,7 @@ mod ground;
 mod history;
 mod paths;
 mod proc_locks;
+mod retention;
 mod slots;
 mod wait;
 
@@ -364,6 +365,10 @@ impl Backend for FileBackend {
         }
     }
 
+    fn prune(&self, older_than: Duration, most: usize) -> anyhow::Result<usize> {
+        retention::prune(&self.dir, self.shared, older_than, most)
+    }
+
     fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
         history::read(&self.path(key))
     }
@@ -629,7 +634,7 @@ const AHEAD_LIMIT_US: u64 = 365 * 24 * 3600 * 1_000_000;
 fn next_token(stored: Option<u64>, path: &Path) -> anyhow::Result<u64> {
     let now = clock_seed();
     match stored {
-        None => Ok(now),
+        None => Ok(retention::above_floor(path, now, AHEAD_LIMIT_US)),
         Some(f) if f > now.saturating_add(AHEAD_LIMIT_US) => Err(anyhow::anyhow!(
             "the fencing counter in {} ({f}) is more than a year ahead of the clock ({now} µs): written by hand? Tokens from it would stop growing; removing the file while the lock is free starts the counter again from the clock",
             path.display()

@@ -192,6 +192,11 @@ pub(super) fn record_starting(
         key.as_str().len()
     );
     let table = super::TABLE;
+    // A new counter starts above the retention's floor (retention.rs).
+    let (read, seed) = (
+        super::retention::READ_FLOOR,
+        super::retention::first_token(),
+    );
     let prune = format!(
         "DELETE FROM dlock_runs WHERE @dlock_started > 0 AND {of_key} AND id < (SELECT id \
          FROM (SELECT id FROM dlock_runs WHERE {of_key} ORDER BY id DESC LIMIT 1 \
@@ -199,9 +204,9 @@ pub(super) fn record_starting(
         MAX_EVENTS - 1
     );
     let sql = format!(
-        "BEGIN; \
+        "{read}BEGIN; \
          INSERT INTO {table} (name, fence, holder, connection_id) \
-         VALUES (X'{n}', CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED), \
+         VALUES (X'{n}', {seed}, \
            CONVERT(X'{m}' USING utf8mb4), CONNECTION_ID()) \
          ON DUPLICATE KEY UPDATE fence = fence + 1, holder = VALUES(holder), \
            connection_id = VALUES(connection_id); \

@@ -35,6 +35,7 @@ mod conflict;
 mod ground;
 mod history;
 mod lease;
+mod retention;
 mod rows;
 mod shared;
 mod slots;
@@ -245,12 +246,13 @@ impl MysqlBackend {
     ) -> anyhow::Result<(u64, Option<Holder>, u64)> {
         let meta = rows::record_text(holder)?;
         // Text protocol: the values are hex literals, so nothing needs escaping.
-        let seed = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)";
+        let seed = retention::first_token();
+        let read = retention::READ_FLOOR;
         let upsert = "ON DUPLICATE KEY UPDATE fence = fence + 1, holder = VALUES(holder), \
                       connection_id = VALUES(connection_id)";
         let sql = if name == counter {
             format!(
-                "INSERT INTO {TABLE} (name, fence, holder, connection_id) \
+                "{read}INSERT INTO {TABLE} (name, fence, holder, connection_id) \
                  VALUES (X'{n}', {seed}, CONVERT(X'{m}' USING utf8mb4), CONNECTION_ID()) {upsert}; \
                  SELECT fence, {conflict}, {UPTIME} FROM {TABLE} WHERE name = X'{n}'",
                 n = hex(name),
@@ -269,7 +271,7 @@ impl MysqlBackend {
             };
             // One transaction: one log flush instead of two or three.
             format!(
-                "BEGIN; \
+                "{read}BEGIN; \
                  INSERT INTO {TABLE} (name, fence, holder, connection_id) \
                  VALUES (X'{c}', {seed}, '', 0) ON DUPLICATE KEY UPDATE fence = fence + 1; \
                  SELECT fence INTO @dlock_fence FROM {TABLE} WHERE name = X'{c}'; \
@@ -367,6 +369,10 @@ impl Backend for MysqlBackend {
         )
         .map_err(|e| self.fail(e))?;
         self.purge_history(&mut con, key)
+    }
+
+    fn prune(&self, older_than: Duration, most: usize) -> anyhow::Result<usize> {
+        self.prune_keys(older_than, most)
     }
 
     fn break_lock(&self, key: &Key, how: BreakHow) -> anyhow::Result<Broken> {

@@ -28,6 +28,7 @@ mod doctor;
 mod ground;
 mod history;
 mod lease;
+mod retention;
 mod rows;
 mod slots;
 mod status;
@@ -274,7 +275,7 @@ impl PgBackend {
         // The key and the record are bind parameters: nothing from the user is SQL text.
         let sql = format!(
             "WITH f AS (INSERT INTO dlock_fences (id, fence) \
-               VALUES ({id}, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) \
+               VALUES ({id}, {first}) \
                ON CONFLICT (id) DO UPDATE SET fence = greatest(dlock_fences.fence + 1, EXCLUDED.fence) \
                RETURNING fence), \
              h AS (INSERT INTO dlock_holders (pid, id, key, fence, holder) \
@@ -287,6 +288,7 @@ impl PgBackend {
                    AND pid <> pg_backend_pid() LIMIT {most}) o), {ours} FROM f",
             holder = rows::capped("o.holder"),
             most = 2 * slots::MAX_LIMIT,
+            first = retention::first_token(),
         );
         let client = &s.client;
         let body = start.map(|o| String::from_utf8_lossy(o.body()).into_owned());
@@ -635,6 +637,10 @@ impl Backend for PgBackend {
                 Err(e) => Err(e),
             }
         })
+    }
+
+    fn prune(&self, older_than: Duration, most: usize) -> anyhow::Result<usize> {
+        self.prune_keys(older_than, most)
     }
 
     /// Forgets a free key's fence and holder records (`dlock bench`'s own keys).

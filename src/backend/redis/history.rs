@@ -1,7 +1,7 @@
 //! Run history on Redis (docs/history.md): a list `dlock:{TAG}:runs` of `MS BODY` events,
 //! newest first, trimmed to [`MAX_EVENTS`] by every write, and `dlock:{TAG}:lastrun`, the newest
 //! start, for `--once-per`. `MS` is the server's clock (`TIME` in the script). Both keys share
-//! the lock's hash tag (one Cluster slot) and expire [`KEEP`] after their last write. Every
+//! the lock's hash tag (one Cluster slot) and expire the retention ([`crate::history::retention`]) after their last write. Every
 //! script is one round trip; the end goes out with the release (`release_end`).
 
 use std::time::Duration;
@@ -28,14 +28,14 @@ const RUN_UNDO: &str = include_str!("lua/run_undo.lua");
 /// The newest start and its age.
 const RUN_LAST: &str = include_str!("lua/run_last.lua");
 
-/// How long a key's history outlives its last write: a key unused for this long loses it.
-const KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Bytes read of one event: the server's `MS ` and an event at its largest, and one more (a
 /// longer one reads as over the cap).
 const READ_CAP: usize = MAX_EVENT_BYTES + 32;
 
 fn keep_ms(once_per: Option<Duration>) -> u64 {
-    let keep = once_per.map_or(KEEP, |d| d.max(KEEP));
+    // How long a key's history outlives its last write: a key unused for this long loses it.
+    let keep = crate::history::retention::retention();
+    let keep = once_per.map_or(keep, |d| d.max(keep));
     u64::try_from(keep.as_millis()).unwrap_or(u64::MAX)
 }
 

@@ -1,7 +1,7 @@
 //! The Redis backend: one instance (or a Sentinel master, or one Cluster slot).
 //!
 //! Every key of one lock shares the hash tag `{KEY}`: `dlock:{KEY}` (the lock, value = a random
-//! 128-bit token, with a PX TTL), `:fence` (the fencing counter, no TTL), `:owner` (holder
+//! 128-bit token, with a PX TTL), `:fence` (the fencing counter, expiring the retention after its last use: `history::retention`), `:owner` (holder
 //! metadata, same TTL as the lock), `:signal` (the wake-up list) and `:waiters` (a sorted set
 //! that lets `status` count waiters). Acquire, renew, release and break are each one Lua script,
 //! so each is atomic and one round trip.

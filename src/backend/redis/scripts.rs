@@ -145,6 +145,7 @@ pub(in crate::backend) fn acquire_script(
     if mode != Mode::Exclusive {
         inv.arg(mode.limit().unwrap_or(0)).arg(SIGNAL_TTL_MS);
     }
+    inv.arg(crate::history::retention::retention_ms());
     inv
 }
 

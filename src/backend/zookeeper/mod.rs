@@ -42,6 +42,7 @@ mod ground;
 mod history;
 mod lease;
 mod queue;
+mod retention;
 mod session;
 mod url;
 mod view;
@@ -526,6 +527,10 @@ impl Backend for ZkBackend {
                 Err(e) => Err(self.fail(&format!("delete {parent}"), e)),
             }
         })
+    }
+
+    fn prune(&self, older_than: Duration, most: usize) -> anyhow::Result<usize> {
+        self.prune_keys(older_than, most)
     }
 
     fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {

@@ -1,6 +1,7 @@
 -- Exclusive acquire.
 -- KEYS: lock, fence, owner, waiters, holders, wwait, hmeta
--- ARGV: token, ttl ms, holder metadata (JSON), wait slice ms (0: not waiting)
+-- ARGV: token, ttl ms, holder metadata (JSON), wait slice ms (0: not waiting), ms the fence
+-- counter outlives its last use (the retention: it starts again from the clock after)
 -- SET NX PX; on success the fence becomes max(fence + 1, server clock in µs), so a server that
 -- lost the counter (flushed, restarted without persistence) or came back with an older one (an
 -- RDB snapshot) still hands out larger tokens; the owner hash gets the metadata. "Already mine"
@@ -32,7 +33,7 @@ if redis.call('ZCARD', KEYS[5]) > 0 then
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now * 1000)
-  redis.call('SET', KEYS[2], string.format('%d', fence))
+  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[5])
   redis.call('HSET', KEYS[3], 'token', ARGV[1], 'fence', fence, 'meta', ARGV[3])
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   redis.call('ZREM', KEYS[4], ARGV[1])

@@ -1,6 +1,7 @@
 -- Shared lock (ARGV[5] = 0) or semaphore slot (ARGV[5] = n).
 -- KEYS: lock, fence, hmeta, waiters, holders, wwait, signal, owner
--- ARGV: token, ttl ms, holder metadata, wait slice ms, n, wake-up ttl ms
+-- ARGV: token, ttl ms, holder metadata, wait slice ms, n, wake-up ttl ms, ms the fence counter
+-- outlives its last use (the retention)
 -- Purges expired holders, then enters `holders` (token -> lease end on the server's clock)
 -- when no exclusive holder holds and, for a shared lock, no exclusive run waits (writer
 -- preference), or for a semaphore when fewer than n hold. A shared holder that enters passes
@@ -36,7 +37,7 @@ else
 end
 if not busy then
   local fence = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now * 1000)
-  redis.call('SET', KEYS[2], string.format('%d', fence))
+  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[7])
   redis.call('ZADD', KEYS[5], now + ttl, ARGV[1])
   redis.call('HSET', KEYS[3], '~mode', n, ARGV[1], ARGV[3], 'f:' .. ARGV[1], fence)
   if redis.call('PTTL', KEYS[5]) < ttl then redis.call('PEXPIRE', KEYS[5], ttl) end
