@@ -184,11 +184,11 @@ fn pgpass(host: &str, port: u16, db: &str, user: &str) -> Option<String> {
                 .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))
         })
         .as_ref()?;
-    let meta = std::fs::metadata(&path).ok()?;
+    let meta = std::fs::metadata(path).ok()?;
     if !meta.is_file() || meta.mode() & 0o077 != 0 || meta.len() > 1 << 20 {
         return None;
     }
-    let text = std::fs::read_to_string(&path).ok()?;
+    let text = std::fs::read_to_string(path).ok()?;
     pgpass_lookup(&text, host, port, db, user)
 }
 
