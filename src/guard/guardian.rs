@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use super::buf::Buf;
+use super::family::Family;
 use super::{DETACH_AFTER, MESSAGE, Setup, decode, encode, from_guard, to_guard, tree};
 use crate::sys::raw;
 
@@ -26,6 +27,10 @@ const KILL_ROUND: Duration = Duration::from_millis(10);
 
 /// A watchdog's kill round once a second of rounds has not ended what it watches.
 const SLOW_KILL_ROUND: Duration = Duration::from_millis(100);
+
+/// How often a watchdog looks whether its owner (without a pidfd) or, once the owner exited,
+/// its group still runs, while its holder lives.
+const WATCH_ROUND: Duration = Duration::from_millis(100);
 
 /// The guardian's name (`ps`, `/proc/PID/comm`), which is also the first argument of a guardian
 /// executing itself anew. Not "dlock…": `pkill -9 dlock` would kill dlock and its guardian at
@@ -162,10 +167,20 @@ impl Guard {
     }
 
     fn run(mut self) -> ! {
+        // A watchdog's killing: made when it begins (a command's guardian never touches it).
+        let mut family: Option<Family> = None;
         loop {
             self.read_messages();
-            let empty = if self.watching {
-                self.killing && self.watched_gone()
+            if self.watching && !self.killing {
+                self.forget_the_gone();
+            }
+            if self.watching && self.killing && family.is_none() {
+                family = Some(Family::new());
+            }
+            let empty = if let Some(f) = family.as_mut() {
+                self.watched_gone(f)
+            } else if self.watching {
+                false
             } else {
                 self.reap()
             };
@@ -193,8 +208,8 @@ impl Guard {
                 self.tell(from_guard::LEFTOVERS, 0);
                 self.kick();
             }
-            if self.killing && self.watching {
-                self.kill_watched();
+            if let Some(f) = family.as_mut().filter(|_| self.killing) {
+                self.kill_watched(f);
             } else if self.killing {
                 if self.status.is_none() {
                     // Our unreaped child: by pid, in case /proc cannot list our children.
@@ -202,7 +217,8 @@ impl Guard {
                 }
                 tree::signal_children(libc::SIGKILL);
             }
-            if self.detach_at_ns != 0 && now >= self.detach_at_ns {
+            // (Not while a watchdog kills: what it stopped is known to this process alone.)
+            if self.detach_at_ns != 0 && now >= self.detach_at_ns && family.is_none() {
                 self.detach();
             }
             self.wait(now);
@@ -231,7 +247,6 @@ impl Guard {
                             }
                             Some((to_guard::DEADLINE, ns)) => self.deadline_ns = ns,
                             Some((to_guard::KILL, _)) => self.killing = true,
-                            Some((to_guard::DISMISS, _)) => raw::exit(0),
                             _ => {}
                         }
                     }
@@ -242,17 +257,42 @@ impl Guard {
         }
     }
 
-    /// A watchdog's test of the end: neither the owner nor any process of its group runs any
-    /// more. A group seen empty is forgotten for good: its id may be handed out again
-    /// (`hold/owner.rs`, "process groups").
-    fn watched_gone(&mut self) -> bool {
+    /// While its holder lives, a watchdog forgets an owner that exited and then, the first time
+    /// it is seen empty, the owner's group: its id may be handed out again (`hold/owner.rs`,
+    /// "Process groups"), and a frozen holder could die long after.
+    fn forget_the_gone(&mut self) {
+        if self.owner != 0 && !self.owner_runs() {
+            self.owner = 0;
+            if self.owner_fd >= 0 {
+                raw::close(self.owner_fd);
+                self.owner_fd = -1;
+            }
+        }
+        if self.owner == 0 && self.group != 0 && self.group_gone() {
+            self.group = 0;
+        }
+    }
+
+    /// Whether the owner's group is to be forgotten: no process of it runs, or its number
+    /// (the owner's pid: it led it) is now another process's pid (the owner's group emptied,
+    /// and that one may lead a group of the same number).
+    fn group_gone(&self) -> bool {
+        !tree::group_runs(self.group)
+            || tree::stat_of(self.group).is_some_and(|st| st.start != self.owner_start)
+    }
+
+    /// A watchdog's test of the end: neither the owner, nor any process of its group, nor any
+    /// process of the family it stopped and killed ([`Family`]) runs any more. A group seen
+    /// empty is forgotten for good (see [`Guard::forget_the_gone`]).
+    fn watched_gone(&mut self, family: &mut Family) -> bool {
         if self.owner != 0 && !self.owner_runs() {
             self.owner = 0;
         }
-        if self.group != 0 && !tree::group_runs(self.group) {
+        if self.group != 0 && self.group_gone() {
             self.group = 0;
         }
-        self.owner == 0 && self.group == 0
+        let none = family.prune();
+        self.owner == 0 && self.group == 0 && none
     }
 
     /// Whether the owner still runs: its pidfd is not readable, or (without pidfds) its pid
@@ -269,9 +309,18 @@ impl Guard {
         tree::stat_of(self.owner).is_some_and(|st| st.start == self.owner_start && !st.exited)
     }
 
-    /// A watchdog's kill round: SIGKILL (and SIGCONT) to the owner and its group, just after
-    /// [`Guard::watched_gone`] saw them run.
-    fn kill_watched(&mut self) {
+    /// A watchdog's kill round, just after [`Guard::watched_gone`] saw something run: the owner
+    /// and every process below it (and in its group) stopped, then SIGKILL to them all, and
+    /// SIGKILL and SIGCONT to the group. A family too large for [`Family`] is killed as far as
+    /// it is known; the next round goes on.
+    fn kill_watched(&mut self, family: &mut Family) {
+        let owner = if self.owner != 0 {
+            (self.owner, self.owner_start)
+        } else {
+            (0, 0)
+        };
+        let _complete = family.stop_all(owner, self.group, [raw::getpid(), self.dlock]);
+        family.kill_all();
         if self.owner != 0 {
             if self.owner_fd >= 0 {
                 let _ = raw::pidfd_send_signal(self.owner_fd, libc::SIGKILL);
@@ -325,15 +374,31 @@ impl Guard {
             };
             soonest(now.saturating_add(round.as_nanos() as u64));
         }
+        // A watchdog whose holder lives watches the owner (its pidfd wakes it; without one it
+        // looks every round), then the owner's group until it is seen empty.
+        let watch = self.watching && !self.killing;
+        let owner_fd = if watch && self.owner != 0 {
+            self.owner_fd
+        } else {
+            -1
+        };
+        if watch && ((self.owner != 0 && owner_fd < 0) || (self.owner == 0 && self.group != 0)) {
+            soonest(now.saturating_add(WATCH_ROUND.as_nanos() as u64));
+        }
         let timeout = due.map(|t| Duration::from_nanos(t.saturating_sub(now)));
         let mut fds = [
             libc::pollfd {
-                fd: self.sigchld,
+                fd: self.from_dlock, // -1 once closed: poll skips it
                 events: libc::POLLIN,
                 revents: 0,
             },
             libc::pollfd {
-                fd: self.from_dlock, // -1 once closed: poll skips it
+                fd: owner_fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.sigchld,
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -341,7 +406,7 @@ impl Guard {
         if self.sigchld < 0 {
             // No signalfd (out of descriptors): look again every round instead.
             let t = timeout.map_or(KILL_ROUND, |t| t.min(KILL_ROUND));
-            raw::poll(fds.get_mut(1..).unwrap_or_default(), Some(t));
+            raw::poll(&mut fds, Some(t));
             return;
         }
         raw::poll(&mut fds, timeout);

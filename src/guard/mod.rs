@@ -42,6 +42,7 @@
 )]
 
 mod buf;
+mod family;
 mod guardian;
 mod tree;
 
@@ -75,9 +76,6 @@ mod to_guard {
     pub(super) const DEADLINE: u8 = b'D';
     /// Kill the whole tree now (SIGKILL, round after round, until nothing is left).
     pub(super) const KILL: u8 = b'X';
-    /// A clean end (a watchdog's holder released or stopped what it watches): exit at once,
-    /// touching nothing.
-    pub(super) const DISMISS: u8 = b'Q';
 }
 
 /// Messages from the guardian to dlock.
@@ -232,13 +230,19 @@ impl Guardian {
         }
     }
 
-    /// Tells a watchdog of a clean end (the lock is being given back or was lost, and the owner
-    /// is stopped or gone): it exits without signalling anything. Reap it with
+    /// Ends a watchdog at a clean end (the lock is being given back or was lost, and the owner
+    /// is stopped or gone): SIGKILL, so that it signals nothing and cannot be kept from exiting
+    /// (a message could sit unread in a full pipe of a stopped watchdog, and the holder wait
+    /// for it for ever). Our unreaped child: its pid cannot have been reused. Reap it with
     /// [`Guardian::reap`] before the end is final: until then it holds its copies of the lock's
     /// descriptors. (Its exit overlaps with the release's round trip.)
     pub(crate) fn dismiss(&self) {
-        self.tell(to_guard::DISMISS, 0);
-        // A stopped watchdog would not read it: our unreaped child, safe to signal by pid.
+        let _ = raw::kill(self.pid, libc::SIGKILL);
+    }
+
+    /// Continues the guardian if something stopped it (a stopped watchdog protects nothing).
+    /// Our unreaped child: safe to signal by pid.
+    pub(crate) fn resume(&self) {
         let _ = raw::kill(self.pid, libc::SIGCONT);
     }
 
@@ -265,7 +269,7 @@ impl Guardian {
         let (from_dlock, to_guard) = pipe()?;
         let (from_guard, to_dlock) = pipe()?;
         let watching = plan.is_none();
-        let setup = Setup {
+        let mut setup = Setup {
             plan,
             watch,
             close,
@@ -281,11 +285,17 @@ impl Guardian {
         };
         // A watchdog starts nothing, and calls nothing but raw system calls from its first
         // instruction: it is not waited for (that would put its first time slice on the
-        // holder's path). Its setup is never freed instead (a few words, once per holder).
-        let setup = Box::into_raw(Box::new(setup));
+        // holder's path). Its setup is never freed instead (a few words, once per watchdog);
+        // a guardian's stays on this stack, which outlives its reading (waited for below).
+        let setup: *mut Setup<'_> = if watching {
+            Box::leak(Box::new(setup))
+        } else {
+            &mut setup
+        };
         // SAFETY: `guardian::entry` runs on its own stack (mapped above, never unmapped) in this
         // process's memory. It reads `setup` only until it reports on `to_dlock`; a guardian's
-        // is freed below only after that report (or the guardian's end), a watchdog's never.
+        // is this function's, which returns only after that report (or the guardian's end), a
+        // watchdog's is never freed.
         // No CLONE_FILES: the guardian gets its own copy of the descriptor table, which is the
         // point. No CLONE_SIGHAND or CLONE_THREAD: its own dispositions, its own pid.
         let pid = unsafe {
@@ -297,11 +307,8 @@ impl Guardian {
             )
         };
         if pid < 0 {
-            // No guardian exists: errno is ours alone, and the setup ours to free.
-            let e = io::Error::last_os_error();
-            // SAFETY: from `Box::into_raw` above; nothing else refers to it.
-            drop(unsafe { Box::from_raw(setup) });
-            return Err(e);
+            // No guardian exists: errno is ours alone.
+            return Err(io::Error::last_os_error());
         }
         crate::trace::stage("guardian");
         // Closed without the C library: the guardian may be using `errno` now.
@@ -330,13 +337,10 @@ impl Guardian {
                 Err(libc::EAGAIN | libc::EINTR) => {
                     raw::poll(&mut fds, None);
                 }
-                // The guardian died before it said (killed): its end closed. Its setup is left
-                // as it is (a few words).
+                // The guardian died before it said (killed): its end closed.
                 _ => return Ok((g, None)),
             }
         };
-        // SAFETY: from `Box::into_raw` above; the guardian reported, and reads it no more.
-        drop(unsafe { Box::from_raw(setup) });
         Ok((g, first))
     }
 

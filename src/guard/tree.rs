@@ -36,7 +36,7 @@ pub(super) fn signal_children(sig: i32) {
 }
 
 /// Whether `/proc/self` names us by our own pid: /proc belongs to our PID namespace.
-fn proc_is_ours(me: i32) -> bool {
+pub(super) fn proc_is_ours(me: i32) -> bool {
     let mut buf = [0u8; 16];
     raw::readlink(c"/proc/self", &mut buf)
         .ok()
@@ -114,7 +114,7 @@ pub(super) fn group_runs(pgid: i32) -> bool {
 }
 
 /// `/proc/PID/stat` read into a fixed buffer (a line is a few hundred bytes) and parsed.
-fn read_stat(pid: i32) -> Option<ProcStat> {
+pub(super) fn read_stat(pid: i32) -> Option<ProcStat> {
     let mut path = Buf::<64>::default();
     path.push(b"/proc/");
     path.number(u64::from(pid.unsigned_abs()));
@@ -126,7 +126,7 @@ fn read_stat(pid: i32) -> Option<ProcStat> {
     ProcStat::parse(stat.get(..len).unwrap_or_default())
 }
 
-fn parse_pid(name: &[u8]) -> Option<i32> {
+pub(super) fn parse_pid(name: &[u8]) -> Option<i32> {
     if name.is_empty() || name.len() > 9 || !name.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -153,7 +153,7 @@ pub(super) fn keep_descriptors_on_exec() -> bool {
 }
 
 /// Calls `f` with the name of each entry of the open directory `dir`; false on a read error.
-fn for_each_entry(dir: i32, mut f: impl FnMut(&[u8])) -> bool {
+pub(super) fn for_each_entry(dir: i32, mut f: impl FnMut(&[u8])) -> bool {
     let mut buf = [0u8; 4096];
     loop {
         let len = match raw::getdents64(dir, &mut buf) {
@@ -185,7 +185,7 @@ fn for_each_entry(dir: i32, mut f: impl FnMut(&[u8])) -> bool {
 }
 
 /// Opens a /proc path built in `path` (read-only, close-on-exec; `flags` added).
-fn open(path: &Buf<64>, flags: i32) -> Option<i32> {
+pub(super) fn open(path: &Buf<64>, flags: i32) -> Option<i32> {
     raw::open(path.c_str()?, libc::O_RDONLY | flags).ok()
 }
 

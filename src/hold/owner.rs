@@ -23,10 +23,14 @@
 //! So a group id that may have been handed to someone else is never signalled: not one the
 //! owner never led (before this rule, an owner pinned in its parent's group that exited left
 //! its pid — free for a new group leader — to be killed as "its group"), not one seen empty.
+//! A group whose number is seen to be a new process's pid (not the owner's: another start time)
+//! is dropped too: the owner's group emptied, and a stranger may lead one of that number.
 //! What remains is the moment between an owner's exit and the first look (a few milliseconds
-//! with pidfds; up to [`OWNER_CHECK`] without): the group would have to empty and its number
-//! come round again in the kernel's pid counter (`pid_max`, 4,194,304 by default on 64-bit
-//! systems) within it.
+//! with pidfds; up to [`OWNER_CHECK`] without; as long as the holder is frozen): the group
+//! would have to empty, its number come round again in the kernel's pid counter, and its new
+//! process exit again while leaving a group of that number behind, within it. (The counter
+//! wraps at `pid_max`: 32,768 by the kernel's default, more on machines with many CPUs, and
+//! 4,194,304 where systemd raises it, as most 64-bit distributions do.)
 
 use crate::exit::Usage;
 use crate::procs::{self, Proc};
@@ -171,10 +175,20 @@ impl Owner {
     }
 }
 
+/// Whether group `leader.pid` (the owner's number) may have been handed to someone else: a
+/// process other than the owner has that pid now (it may lead a group of that number: the
+/// owner's is gone then, since the kernel reuses a pid only once no group has it).
+fn group_number_reused(leader: &Proc) -> bool {
+    Proc::of(leader.pid).is_some_and(|p| p.start != leader.start)
+}
+
 /// The processes being stopped.
 pub(super) struct Stopping {
     /// The owner's group (it led it), until it is empty.
     group: Option<libc::pid_t>,
+    /// The owner as pinned: a process with its pid and another start time means the group's
+    /// number is someone else's now.
+    leader: Proc,
     /// The owner and its descendants, pinned.
     procs: Vec<Proc>,
 }
@@ -188,10 +202,13 @@ impl Stopping {
         // Rule 1 of "Process groups" above; rule 2 is `is_over`, before every signal.
         let running = !owner.has_exited();
         let leads = (running && sys::process_group_of(owner.pid) == Some(owner.pid))
-            || (owner.led_group && procs::group_is_running(owner.pid));
+            || (owner.led_group
+                && procs::group_is_running(owner.pid)
+                && !group_number_reused(&owner.proc));
         let mut s = Stopping {
             // Never the holder's own group (it has a session of its own, but be sure).
             group: (leads && owner.pid != sys::own_process_group()).then_some(owner.pid),
+            leader: owner.proc,
             procs: Vec::new(),
         };
         if !owner.has_exited() {
@@ -210,7 +227,7 @@ impl Stopping {
     /// Whether anything is left to stop.
     pub(super) fn is_over(&mut self) -> bool {
         if let Some(g) = self.group
-            && !procs::group_is_running(g)
+            && (!procs::group_is_running(g) || group_number_reused(&self.leader))
         {
             self.group = None;
         }

@@ -14,11 +14,16 @@
 //! pass without a renewal), SIGKILLs the owner and the owner's process group (the group only
 //! under the rule of `owner.rs`, "Process groups") until none of them runs, and only then
 //! exits. On every clean end — `release`, the owner's exit, a loss the holder handled — the
-//! holder dismisses it first ([`Watchdog::dismiss`]: it exits touching nothing; it is reaped
-//! once the release is done, before `release` hears of it, so its copies never outlive one).
+//! holder dismisses it first ([`Watchdog::dismiss`]: a SIGKILL, so it exits touching nothing
+//! and nothing can keep it running; it is reaped once the release is done, before `release`
+//! hears of it, so its copies never outlive one).
 //!
-//! What it protects is what the holder stops: the owner and its group. A process that left the
-//! group (`setsid`, a daemon) is not the watchdog's to find — it is not the holder's either.
+//! What it kills is the owner, every process descended from it, whatever its group or session
+//! (it stops them all first, then kills: `guard/family.rs`), and the owner's group under the
+//! rule of `owner.rs`. While the holder lives it watches the owner: once the owner has exited,
+//! its group is forgotten the first time it is seen empty (its number may come round again).
+//! What an owner that has exited left behind outside its group is found by no one: its
+//! parent is gone.
 //!
 //! If the watchdog itself dies (`kill -9`), the holder — alive, with the lock — starts a new
 //! one ([`Watchdog::check`]); the lock is not lost, and protection resumes at once.
@@ -87,6 +92,8 @@ impl Watchdog {
             return Check::Fine;
         };
         if g.try_reap().is_none() {
+            // Every wake of the holder: a watchdog someone stopped protects nothing.
+            g.resume();
             return Check::Fine;
         }
         let old = g.pid();
@@ -108,7 +115,7 @@ impl Watchdog {
         }
     }
 
-    /// Tells it of a clean end, before the lock is given back: it exits touching nothing.
+    /// Ends it (SIGKILL) at a clean end, before the lock is given back: it touches nothing.
     /// [`Watchdog::reap`] waits for that, after the release (the two overlap).
     pub(super) fn dismiss(&mut self) {
         if let Some(g) = &self.guardian {

@@ -6,6 +6,8 @@
 pub(crate) struct ProcStat {
     /// A zombie (`Z`) or dead (`X`): it has exited, whether or not it was reaped.
     pub exited: bool,
+    /// Stopped by a signal (`T`) or a tracer (`t`).
+    pub stopped: bool,
     pub ppid: libc::pid_t,
     pub pgrp: libc::pid_t,
     /// Start time, clock ticks since boot.
@@ -25,6 +27,7 @@ impl ProcStat {
         let start = number(fields.nth(16)?)?;
         Some(ProcStat {
             exited: matches!(state, b"Z" | b"X"),
+            stopped: matches!(state, b"T" | b"t"),
             ppid: libc::pid_t::try_from(ppid).ok()?,
             pgrp: libc::pid_t::try_from(pgrp).ok()?,
             start,
@@ -78,6 +81,7 @@ mod tests {
     fn lines_are_read_past_any_command_name() {
         let want = ProcStat {
             exited: false,
+            stopped: false,
             ppid: 7,
             pgrp: 9,
             start: 12345,
@@ -88,6 +92,7 @@ mod tests {
             Some(want)
         );
         assert!(ProcStat::parse(line("sh", "Z").as_bytes()).is_some_and(|st| st.exited));
+        assert!(ProcStat::parse(line("sh", "T").as_bytes()).is_some_and(|st| st.stopped));
         assert_eq!(ProcStat::parse(b"42 (sh) S 7"), None);
         assert_eq!(ProcStat::parse(b"garbage"), None);
         assert_eq!(ProcStat::parse(b"1 (x) S -1 9"), None);

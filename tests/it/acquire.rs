@@ -72,9 +72,15 @@ pub(crate) struct Owner {
     pub saw: String,
 }
 
-/// Starts `sh` running `eval "$(dlock acquire <backend args> ARGS)"`, then `tail`; returns
-/// once the lock is held (the marker is written).
+/// Starts `sh` running `eval "$(dlock acquire <backend args> ARGS)"`, then `tail`, leading a
+/// process group of its own; returns once the lock is held (the marker is written).
 pub(crate) fn start_owner(b: &TestBackend, args: &[&str], tail: &str) -> Owner {
+    start_owner_in(b, args, tail, true)
+}
+
+/// [`start_owner`]; `lead`: false for an owner in the test's process group (as a script run
+/// by `make`, a CI runner or `sh -c` leads none).
+pub(crate) fn start_owner_in(b: &TestBackend, args: &[&str], tail: &str, lead: bool) -> Owner {
     let dir = scratch("owner");
     let mark = dir.join("mark");
     let script = format!(
@@ -102,8 +108,10 @@ mv "$M.tmp" "$M"
         .arg("sh")
         .args(&b.args)
         .args(["--ttl", &format!("{}ms", b.ttl.as_millis())])
-        .args(args)
-        .process_group(0);
+        .args(args);
+    if lead {
+        c.process_group(0);
+    }
     b.kernel.apply(&mut c);
     let p = Proc::spawn(&mut c);
     let text = wait_for_file(&mark, b.ttl + Duration::from_secs(15));

@@ -9,7 +9,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::acquire::start_owner;
+use crate::acquire::{start_owner, start_owner_in};
 use crate::servers::{shared_postgres, shared_redis};
 use crate::util::*;
 
@@ -24,18 +24,36 @@ pub(crate) fn watchdog_of(holder: i32) -> Option<i32> {
         .find(|&p| alive(p))
 }
 
+/// Where the owner and its SIGTERM-ignoring child are, as to process groups.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// The owner leads a group, and its child is in it (a terminal's job, a cron job).
+    OwnGroup,
+    /// The owner leads no group (a script run by `make`, a CI runner, `sh -c`): the child is in
+    /// the group of the owner's parent (the test's).
+    ParentsGroup,
+    /// The owner leads a group; its child made a session of its own (`setsid`).
+    ChildOwnSession,
+}
+
 /// Starts an owner whose background child ignores SIGTERM: (owner, the child's pid).
 fn owner_with_stubborn_child(
     b: &TestBackend,
     key: &str,
     dir: &Path,
+    shape: Shape,
 ) -> (crate::acquire::Owner, i32) {
     let child = dir.join("child");
+    let setsid = if shape == Shape::ChildOwnSession {
+        "setsid "
+    } else {
+        ""
+    };
     let tail = format!(
-        "sh -c 'trap \"\" TERM; echo $$ > {}; while :; do sleep 0.1; done' & wait",
+        "{setsid}sh -c 'trap \"\" TERM; echo $$ > {}; while :; do sleep 0.1; done' & wait",
         child.display()
     );
-    let o = start_owner(b, &["-k", key], &tail);
+    let o = start_owner_in(b, &["-k", key], &tail, shape != Shape::ParentsGroup);
     let child: i32 = wait_for_file(&child, Duration::from_secs(5))
         .parse()
         .unwrap();
@@ -79,9 +97,24 @@ fn kill_holder_and_check_the_waiter(
 /// `kill -9` of the holder: the watchdog kills the owner's group (its SIGTERM-ignoring child
 /// included) before the lock can pass to a waiter.
 pub(crate) fn kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts(b: &TestBackend) {
+    kill_9_of_the_holder_kills_the_owners_tree(b, Shape::OwnGroup);
+}
+
+/// `kill -9` of the holder of an owner that leads no group: its child (in another group) is
+/// killed before the lock can pass to a waiter. Before, only the owner was.
+pub(crate) fn kill_9_of_the_holder_kills_the_child_of_an_owner_leading_no_group(b: &TestBackend) {
+    kill_9_of_the_holder_kills_the_owners_tree(b, Shape::ParentsGroup);
+}
+
+/// `kill -9` of the holder: the owner's child that made a session of its own is killed too.
+pub(crate) fn kill_9_of_the_holder_kills_a_child_in_a_session_of_its_own(b: &TestBackend) {
+    kill_9_of_the_holder_kills_the_owners_tree(b, Shape::ChildOwnSession);
+}
+
+fn kill_9_of_the_holder_kills_the_owners_tree(b: &TestBackend, shape: Shape) {
     let key = unique_key("wd-kill9");
     let dir = scratch("wd-kill9");
-    let (o, child) = owner_with_stubborn_child(b, &key, &dir);
+    let (o, child) = owner_with_stubborn_child(b, &key, &dir, shape);
     kill_holder_and_check_the_waiter(b, &key, &dir, o.holder, child);
     let (out, _) = o.p.wait(Duration::from_secs(5));
     assert_eq!(
@@ -97,7 +130,7 @@ pub(crate) fn kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts
 pub(crate) fn kill_9_of_the_watchdog_gets_a_new_one_and_the_lock_is_kept(b: &TestBackend) {
     let key = unique_key("wd-replaced");
     let dir = scratch("wd-replaced");
-    let (o, child) = owner_with_stubborn_child(b, &key, &dir);
+    let (o, child) = owner_with_stubborn_child(b, &key, &dir, Shape::OwnGroup);
     let first = watchdog_of(o.holder).expect("a watchdog");
     // SAFETY: kill takes two integers; `first` is the holder's watchdog, just read.
     unsafe { libc::kill(first, libc::SIGKILL) };
@@ -129,6 +162,8 @@ mod file {
     use super::*;
     watchdog!(TestBackend::file();
         kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts,
+        kill_9_of_the_holder_kills_the_child_of_an_owner_leading_no_group,
+        kill_9_of_the_holder_kills_a_child_in_a_session_of_its_own,
         kill_9_of_the_watchdog_gets_a_new_one_and_the_lock_is_kept,
     );
 }
@@ -141,6 +176,7 @@ mod postgres {
             None => return,
         };
         kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts,
+        kill_9_of_the_holder_kills_the_child_of_an_owner_leading_no_group,
         kill_9_of_the_watchdog_gets_a_new_one_and_the_lock_is_kept,
     );
 }
@@ -153,6 +189,7 @@ mod redis {
             None => return,
         };
         kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts,
+        kill_9_of_the_holder_kills_a_child_in_a_session_of_its_own,
     );
 }
 
@@ -306,4 +343,163 @@ fn a_relative_ca_file_still_works_once_the_holder_left_the_callers_directory() {
     let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(runs[0]["ending"]["code"], 79, "{runs:#}");
     assert!(runs[0]["ending"]["lost"].is_string(), "{runs:#}");
+}
+
+/// The state letter of `pid` (`/proc/PID/stat`), if it exists.
+fn state_of(pid: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().next().map(str::to_string)
+}
+
+/// A watchdog someone stopped protects nothing: its holder continues it when it next wakes
+/// (a renewal); and one stopped at a clean end is ended (SIGKILL) rather than waited for —
+/// before, a goodbye message left unread in a stopped watchdog's full pipe kept `release`
+/// waiting for ever, and the lock's copies held.
+#[test]
+fn a_stopped_watchdog_is_continued_and_a_release_does_not_wait_for_it() {
+    let Some(url) = shared_redis() else { return };
+    let b = TestBackend::redis(&url);
+    let key = unique_key("wd-stopped");
+    let o = start_owner(&b, &["-k", &key], "sleep 60");
+    let watchdog = watchdog_of(o.holder).expect("a watchdog");
+    // The holder frozen first, so that it cannot continue the watchdog before it is seen
+    // stopped. SAFETY: kill takes two integers; these are this test's holder and watchdog.
+    unsafe { libc::kill(o.holder, libc::SIGSTOP) };
+    // SAFETY: as above.
+    unsafe { libc::kill(watchdog, libc::SIGSTOP) };
+    wait_until(Duration::from_secs(5), "the watchdog to stop", || {
+        state_of(watchdog).as_deref() == Some("T")
+    });
+    // SAFETY: as above.
+    unsafe { libc::kill(o.holder, libc::SIGCONT) };
+    wait_until(
+        b.ttl + Duration::from_secs(3),
+        "the holder to continue its watchdog",
+        || state_of(watchdog).is_some_and(|s| s != "T"),
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(watchdog, libc::SIGSTOP) };
+    let started = std::time::Instant::now();
+    run_ok(&mut crate::acquire::release(&o.handle));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        !alive(watchdog),
+        "the watchdog is reaped before release returns"
+    );
+    // SAFETY: kill takes two integers; the owner leads a group of its own.
+    unsafe { libc::kill(-o.pid, libc::SIGKILL) };
+}
+
+/// The pidfds in `pid`'s descriptor table.
+fn pidfds_of(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|l| l.to_string_lossy().contains("[pidfd]"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Issue 40 (review of item 2): the watchdog watches the owner while the holder lives. The
+/// owner (leading its group P) exits while the holder is frozen; the watchdog sees it, and its
+/// group empty, and forgets both. P is then handed (through `ns_last_pid`, as root) to a
+/// stranger leading a group P; a `kill -9` of the holder must leave it alone. Before, the
+/// watchdog took any running group P for the owner's and SIGKILLed it.
+#[test]
+fn a_watchdog_forgets_the_group_of_an_owner_that_exited_while_the_holder_was_frozen() {
+    owner_exits_while_the_holder_is_frozen_and_a_stranger_takes_its_group(true);
+}
+
+/// The same, the holder continued instead: it sees its owner's exit and must not take group P,
+/// which a new process with the owner's pid leads, for the owner's. Before, it sent it SIGTERM.
+#[test]
+fn a_holder_continued_leaves_a_group_whose_number_came_round_to_a_stranger() {
+    owner_exits_while_the_holder_is_frozen_and_a_stranger_takes_its_group(false);
+}
+
+fn owner_exits_while_the_holder_is_frozen_and_a_stranger_takes_its_group(kill_holder: bool) {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("DLOCK_TEST_REQUIRE_BACKENDS").is_none(),
+            "this test needs root, to choose the next pid"
+        );
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let b = TestBackend::file();
+    let key = unique_key("wd-forget-group");
+    let mut sleep = std::process::Command::new("sleep");
+    sleep.arg("600");
+    std::os::unix::process::CommandExt::process_group(&mut sleep, 0);
+    let mut owner = sleep.spawn().unwrap();
+    let pid = owner.id() as i32;
+    let out = run_ok(crate::acquire::cmd(&b, "acquire").args([
+        "-k",
+        &key,
+        "--owner",
+        &pid.to_string(),
+        "--format",
+        "json",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let holder = v["holder_pid"].as_i64().unwrap() as i32;
+    let watchdog = watchdog_of(holder).expect("a watchdog");
+    let pidfds = pidfds_of(watchdog);
+    // SAFETY: kill takes two integers; `holder` is this test's holder.
+    unsafe { libc::kill(holder, libc::SIGSTOP) };
+    let _ = owner.kill();
+    let _ = owner.wait();
+    // Without pidfds it would look every 100 ms; with them, its copy of the owner's pidfd is
+    // closed as it forgets the owner, and the group in the same round.
+    wait_until(
+        Duration::from_secs(5),
+        "the watchdog to forget the owner",
+        || pidfds > 0 && pidfds_of(watchdog) == pidfds - 1,
+    );
+    let mut stranger = None;
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let child = std::process::Command::new("setsid")
+            .args(["sleep", "60"])
+            .spawn()
+            .unwrap();
+        if child.id() as i32 == pid {
+            stranger = Some(child);
+            break;
+        }
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut stranger = stranger.expect("a process with the owner's old pid");
+    wait_until(
+        Duration::from_secs(5),
+        "the stranger to lead group P",
+        || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(&format!(" {pid} {pid} ")))
+        },
+    );
+    let sig = if kill_holder {
+        libc::SIGKILL
+    } else {
+        libc::SIGCONT
+    };
+    // SAFETY: kill takes two integers; `holder` is this test's stopped holder.
+    unsafe { libc::kill(holder, sig) };
+    wait_until(
+        Duration::from_secs(5),
+        "the holder and watchdog to exit",
+        || !alive(watchdog) && !alive(holder),
+    );
+    let survived = stranger.try_wait().unwrap().is_none();
+    let _ = stranger.kill();
+    let _ = stranger.wait();
+    assert!(survived, "group {pid}, a stranger's, was signalled");
 }

@@ -91,6 +91,15 @@ mod linux_3_10 {
     use super::*;
 
     backends!(Kernel::Linux3_10);
+
+    /// Without pidfds the watchdog names each process it stops by its start time alone.
+    #[test]
+    fn kill_9_of_the_holder_kills_the_child_of_an_owner_leading_no_group() {
+        let b = TestBackend::file().on(Kernel::Linux3_10);
+        crate::acquire_watchdog::kill_9_of_the_holder_kills_the_child_of_an_owner_leading_no_group(
+            &b,
+        );
+    }
 }
 
 /// A sandbox that allows `pidfd_open` but not `pidfd_send_signal` counts as one without pidfds.
@@ -113,6 +122,14 @@ mod pidfd_signal_denied {
     fn kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts() {
         let b = TestBackend::file().on(Kernel::PidfdSignalDenied);
         crate::acquire_watchdog::kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts(
+            &b,
+        );
+    }
+
+    #[test]
+    fn kill_9_of_the_holder_kills_the_child_of_an_owner_leading_no_group() {
+        let b = TestBackend::file().on(Kernel::PidfdSignalDenied);
+        crate::acquire_watchdog::kill_9_of_the_holder_kills_the_child_of_an_owner_leading_no_group(
             &b,
         );
     }

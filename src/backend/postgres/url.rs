@@ -171,16 +171,24 @@ fn take_tls_params(url: &str) -> Result<(String, super::stream::Tls), String> {
 /// The password for (host, port, db, user) from the password file, as libpq reads it: lines
 /// `host:port:database:user:password`, `*` matching anything, `\:` and `\\` escaped, the first
 /// match wins; ignored unless the file is readable by its owner only.
+///
+/// The file's path is made absolute at the first look (in the caller's directory), and kept:
+/// `acquire`'s holder works in `/` and parses the URL again when it connects anew.
 fn pgpass(host: &str, port: u16, db: &str, user: &str) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
-    let path = std::env::var_os("PGPASSFILE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))?;
-    let meta = std::fs::metadata(&path).ok()?;
+    static PATH: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let path = PATH
+        .get_or_init(|| {
+            std::env::var_os("PGPASSFILE")
+                .map(|f| crate::backend::absolute(PathBuf::from(f)))
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))
+        })
+        .as_ref()?;
+    let meta = std::fs::metadata(path).ok()?;
     if !meta.is_file() || meta.mode() & 0o077 != 0 || meta.len() > 1 << 20 {
         return None;
     }
-    let text = std::fs::read_to_string(&path).ok()?;
+    let text = std::fs::read_to_string(path).ok()?;
     pgpass_lookup(&text, host, port, db, user)
 }
 
