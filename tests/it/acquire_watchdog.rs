@@ -257,29 +257,7 @@ fn a_group_the_owner_never_led_is_not_signalled_when_its_number_is_reused() {
         !Path::new(&format!("/proc/{owner}")).exists()
     });
     parent.wait(Duration::from_secs(5));
-    let mut stranger = None;
-    for _ in 0..200 {
-        std::fs::write("/proc/sys/kernel/ns_last_pid", (owner - 1).to_string()).unwrap();
-        let mut c = std::process::Command::new("setsid");
-        c.args(["sleep", "60"]);
-        let child = c.spawn().unwrap();
-        if child.id() as i32 == owner {
-            stranger = Some(child);
-            break;
-        }
-        let mut child = child;
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let mut stranger = stranger.expect("a process with the owner's old pid");
-    wait_until(
-        Duration::from_secs(5),
-        "the stranger to lead group P",
-        || {
-            std::fs::read_to_string(format!("/proc/{owner}/stat"))
-                .is_ok_and(|s| s.contains(&format!(" {owner} {owner} ")))
-        },
-    );
+    let mut stranger = stranger_with_pid(owner);
     // SAFETY: kill takes two integers; `holder` is this test's stopped holder.
     unsafe { libc::kill(holder, libc::SIGCONT) };
     wait_until(
@@ -462,30 +440,7 @@ fn owner_exits_while_the_holder_is_frozen_and_a_stranger_takes_its_group(kill_ho
         "the watchdog to forget the owner",
         || pidfds > 0 && pidfds_of(watchdog) == pidfds - 1,
     );
-    let mut stranger = None;
-    for _ in 0..200 {
-        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
-        let child = std::process::Command::new("setsid")
-            .args(["sleep", "60"])
-            .spawn()
-            .unwrap();
-        if child.id() as i32 == pid {
-            stranger = Some(child);
-            break;
-        }
-        let mut child = child;
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let mut stranger = stranger.expect("a process with the owner's old pid");
-    wait_until(
-        Duration::from_secs(5),
-        "the stranger to lead group P",
-        || {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .is_ok_and(|s| s.contains(&format!(" {pid} {pid} ")))
-        },
-    );
+    let mut stranger = stranger_with_pid(pid);
     let sig = if kill_holder {
         libc::SIGKILL
     } else {
@@ -502,4 +457,33 @@ fn owner_exits_while_the_holder_is_frozen_and_a_stranger_takes_its_group(kill_ho
     let _ = stranger.kill();
     let _ = stranger.wait();
     assert!(survived, "group {pid}, a stranger's, was signalled");
+}
+
+/// A process of another session (`setsid sleep 60`) given `pid` through `ns_last_pid` (root; a
+/// few tries, since a parallel test may take the pid first), leading its own group `pid`.
+fn stranger_with_pid(pid: i32) -> std::process::Child {
+    let mut stranger = None;
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let mut child = std::process::Command::new("setsid")
+            .args(["sleep", "60"])
+            .spawn()
+            .unwrap();
+        if child.id() as i32 == pid {
+            stranger = Some(child);
+            break;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let stranger = stranger.expect("a process with the owner's old pid");
+    wait_until(
+        Duration::from_secs(5),
+        "the stranger to lead group P",
+        || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(&format!(" {pid} {pid} ")))
+        },
+    );
+    stranger
 }
