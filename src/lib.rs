@@ -45,6 +45,7 @@ mod lockset;
 mod model;
 mod procs;
 mod report;
+mod session;
 mod signals;
 mod supervise;
 mod sys;

@@ -13,6 +13,24 @@ mod secrets;
 
 pub(crate) use secrets::{hide_credentials, redact, secrets};
 
+/// Decodes `%XX` escapes (as in a URL's path or credentials); `None` for a malformed escape.
+pub(crate) fn percent_decode(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
 /// Shortest `--ttl`: renewing every ttl/3 must leave time for a round trip.
 pub(crate) const MIN_TTL: Duration = Duration::from_millis(300);
 /// Longest `--ttl` and `--kill-grace`: beyond a week they are typos, and servers cap them anyway.
@@ -93,7 +111,7 @@ fn absolute_query_paths(url: &str) -> String {
             else {
                 return pair.to_string();
             };
-            let Some(bytes) = crate::backend::percent_decode(v) else {
+            let Some(bytes) = percent_decode(v) else {
                 return pair.to_string();
             };
             let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&bytes));
