@@ -72,5 +72,5 @@ pub mod internals {
     pub use crate::keeper::{Keeper, deadline_after};
     pub use crate::model::Key;
     pub use crate::signals::block as block_signals;
-    pub use crate::supervise::{Ending, LeaseClock, Reaper, spawn, supervise};
+    pub use crate::supervise::{LeaseClock, Outcome, Reaper, spawn, supervise};
 }

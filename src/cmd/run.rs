@@ -14,7 +14,7 @@ use crate::model::{Mode, Record};
 use crate::report;
 use crate::session::{self, Recorder};
 use crate::signals;
-use crate::supervise::{self, Ending, LeaseClock};
+use crate::supervise::{self, LeaseClock, Outcome};
 
 pub(crate) fn run(run: &RunConfig) -> u8 {
     crate::trace::stage("parse");
@@ -157,20 +157,20 @@ pub(crate) fn run(run: &RunConfig) -> u8 {
 }
 
 /// How a `dlock run` ended, for its history.
-fn run_ending(ending: &Ending) -> history::Ending {
+fn run_ending(ending: &Outcome) -> history::Ending {
     use std::os::unix::process::ExitStatusExt;
     let mut e = history::Ending {
         code: Some(ending.code().into()),
         ..history::Ending::default()
     };
     match ending {
-        Ending::Exited(status) => e.signal = status.signal().map(i64::from),
-        Ending::Signalled(sig) => {
+        Outcome::Exited(status) => e.signal = status.signal().map(i64::from),
+        Outcome::Signalled(sig) => {
             e.signal = Some((*sig).into());
             e.note = Some(format!("dlock was stopped by {}", exit::signal_name(*sig)));
         }
-        Ending::Lost(reason) => e.lost = Some(reason.clone()),
-        Ending::GuardianDied { status, .. } => {
+        Outcome::Lost(reason) => e.lost = Some(reason.clone()),
+        Outcome::GuardianDied { status, .. } => {
             e.signal = status.signal().map(i64::from);
             e.note = Some("dlock's guardian process died".into());
         }
@@ -183,14 +183,14 @@ fn finish(
     cfg: &LockConfig,
     keys_text: &str,
     keeper: Keeper,
-    ending: &Ending,
+    ending: &Outcome,
     closing: &Recorder<'_>,
 ) {
     let name = cfg.target.kind.name();
     let release_started = Instant::now();
     let recorded = run_ending(ending);
     let released = match ending {
-        Ending::Lost(reason) => {
+        Outcome::Lost(reason) => {
             report::error(format_args!(
                 "{name}: lost the lock '{keys_text}' while the command ran: {reason}; the command was terminated"
             ));
@@ -207,12 +207,12 @@ fn finish(
             let _ = released.recv_timeout(bound.saturating_sub(release_started.elapsed()));
             return;
         }
-        Ending::Signalled(sig) => {
+        Outcome::Signalled(sig) => {
             report::verbose(format_args!("stopped by {}", exit::signal_name(*sig)));
             closing.release(keeper, recorded)
         }
-        Ending::Exited(_) => closing.release(keeper, recorded),
-        Ending::GuardianDied {
+        Outcome::Exited(_) => closing.release(keeper, recorded),
+        Outcome::GuardianDied {
             pid,
             status,
             started,

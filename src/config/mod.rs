@@ -331,7 +331,7 @@ impl RunConfig {
 
 /// For whom `dlock acquire` holds the lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Owner {
+pub(crate) enum OwnerChoice {
     /// The process that ran `dlock acquire` (its parent).
     Caller,
     /// The process with this id.
@@ -348,7 +348,7 @@ pub(crate) struct AcquireConfig {
     /// How to print the result.
     pub format: cli::Format,
     /// Whom the lock is held for.
-    pub owner: Owner,
+    pub owner: OwnerChoice,
     /// Give the lock up after this long.
     pub max_hold: Option<Duration>,
 }
@@ -366,10 +366,10 @@ impl AcquireConfig {
             ));
         }
         let owner = match a.owner.as_deref().map(str::trim) {
-            None => Owner::Caller,
-            Some("none") => Owner::Nobody,
+            None => OwnerChoice::Caller,
+            Some("none") => OwnerChoice::Nobody,
             Some(text) => match text.parse::<u32>() {
-                Ok(pid) if pid <= i32::MAX as u32 => Owner::Pid(pid),
+                Ok(pid) if pid <= i32::MAX as u32 => OwnerChoice::Pid(pid),
                 _ => {
                     return Err(Usage(format!(
                         "--owner '{}' is neither a process id nor 'none'",
@@ -384,7 +384,7 @@ impl AcquireConfig {
                 return Err(Usage("--max-hold must be longer than 0".into()));
             }
         }
-        if owner == Owner::Nobody && a.max_hold.is_none() {
+        if owner == OwnerChoice::Nobody && a.max_hold.is_none() {
             return Err(Usage(
                 "--owner none needs --max-hold DURATION: with nobody to stop, the lock must end by itself"
                     .into(),
