@@ -45,6 +45,7 @@ mod lockset;
 mod model;
 mod procs;
 mod report;
+mod session;
 mod signals;
 mod supervise;
 mod sys;
@@ -71,5 +72,5 @@ pub mod internals {
     pub use crate::keeper::{Keeper, deadline_after};
     pub use crate::model::Key;
     pub use crate::signals::block as block_signals;
-    pub use crate::supervise::{Ending, LeaseClock, Reaper, spawn, supervise};
+    pub use crate::supervise::{LeaseClock, Outcome, Reaper, spawn, supervise};
 }

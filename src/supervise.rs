@@ -32,7 +32,7 @@ use crate::sys::spawn::Plan;
 
 /// Why the child was stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
+pub enum Outcome {
     /// It exited by itself.
     Exited(ExitStatus),
     /// dlock received this signal.
@@ -51,15 +51,15 @@ pub enum Ending {
     },
 }
 
-impl Ending {
+impl Outcome {
     /// dlock's exit code for this ending (docs/design.md, "Exit codes").
     pub fn code(&self) -> u8 {
         match self {
-            Ending::Exited(status) => exit::child_code(*status),
-            Ending::Signalled(sig) => exit::signal_code(*sig),
-            Ending::Lost(_) => exit::LOST,
+            Outcome::Exited(status) => exit::child_code(*status),
+            Outcome::Signalled(sig) => exit::signal_code(*sig),
+            Outcome::Lost(_) => exit::LOST,
             // As if the command had been killed with the guardian's signal, which it was.
-            Ending::GuardianDied { status, .. } => exit::child_code(*status),
+            Outcome::GuardianDied { status, .. } => exit::child_code(*status),
         }
     }
 }
@@ -227,8 +227,8 @@ impl Child {
     }
 
     /// The ending of a run whose guardian died (ended with `status`) before the command.
-    fn guardian_died(&self, status: ExitStatus) -> Ending {
-        Ending::GuardianDied {
+    fn guardian_died(&self, status: ExitStatus) -> Outcome {
+        Outcome::GuardianDied {
             pid: self.guardian.pid() as u32,
             status,
             started: self.guardian.command().is_some(),
@@ -356,7 +356,7 @@ impl LeaseClock {
 }
 
 struct Stopping {
-    why: Ending,
+    why: Outcome,
     kill_at: BootInstant,
     killed: bool,
 }
@@ -371,7 +371,7 @@ pub fn supervise(
     keeper: &mut Keeper,
     mut lease: LeaseClock,
     kill_grace: Duration,
-) -> Ending {
+) -> Outcome {
     let mut stopping: Option<Stopping> = None;
     let mut status: Option<ExitStatus> = None;
     let mut last_renew_error: Option<String> = None;
@@ -387,7 +387,7 @@ pub fn supervise(
                 // while stopping); stop the command now with the reason.
                 let why = format!("cannot start the keeper thread: {e}");
                 match &mut stopping {
-                    None => stopping = Some(stop(child, Ending::Lost(why), now + kill_grace)),
+                    None => stopping = Some(stop(child, Outcome::Lost(why), now + kill_grace)),
                     Some(_) => crate::report::warn(format_args!("{why}")),
                 }
             }
@@ -398,7 +398,7 @@ pub fn supervise(
                 if let Some((reason, deadline)) =
                     lease.overdue(now, &mut last_renew_error, &mut wake)
                 {
-                    stopping = Some(stop(child, Ending::Lost(reason), deadline));
+                    stopping = Some(stop(child, Outcome::Lost(reason), deadline));
                     continue;
                 }
             }
@@ -432,7 +432,7 @@ pub fn supervise(
                             .unwrap_or_else(|| "processes of the command do not die".into());
                         // After a loss there is nothing left to keep: say so, not that it is.
                         let then = match &s.why {
-                            Ending::Lost(_) => {
+                            Outcome::Lost(_) => {
                                 "dlock goes on killing it, but the lock is lost: another \
                                  holder may start beside it"
                             }
@@ -455,7 +455,7 @@ pub fn supervise(
                 Woken::Wake => continue,
             },
             Err(TryRecvError::Disconnected) => {
-                return Ending::Lost("internal: event channel closed".into());
+                return Outcome::Lost("internal: event channel closed".into());
             }
         };
         match event {
@@ -472,14 +472,14 @@ pub fn supervise(
                 match &mut stopping {
                     None => {
                         stopping = Some(Stopping {
-                            why: Ending::Signalled(r.signal),
+                            why: Outcome::Signalled(r.signal),
                             kill_at: BootInstant::now() + kill_grace,
                             killed: false,
                         });
                     }
                     // Stopping what the command left: a signal to dlock now decides the code.
-                    Some(s) if matches!(s.why, Ending::Exited(_)) => {
-                        s.why = Ending::Signalled(r.signal);
+                    Some(s) if matches!(s.why, Outcome::Exited(_)) => {
+                        s.why = Outcome::Signalled(r.signal);
                     }
                     Some(_) => {}
                 }
@@ -493,14 +493,14 @@ pub fn supervise(
             Event::Lost(reason) => match &mut stopping {
                 None => {
                     let kill_at = BootInstant::now() + kill_grace;
-                    stopping = Some(stop(child, Ending::Lost(reason), kill_at));
+                    stopping = Some(stop(child, Outcome::Lost(reason), kill_at));
                 }
                 // Already stopping: the lock is gone, so the grace ends sooner; if what was
                 // being stopped is the command's leftovers, they ran without the lock: lost.
                 Some(s) => {
                     s.kill_at = s.kill_at.min(BootInstant::now() + kill_grace);
-                    if matches!(s.why, Ending::Exited(_)) {
-                        s.why = Ending::Lost(reason);
+                    if matches!(s.why, Outcome::Exited(_)) {
+                        s.why = Outcome::Lost(reason);
                     }
                 }
             },
@@ -509,7 +509,7 @@ pub fn supervise(
                     status = Some(st);
                     if stopping
                         .as_ref()
-                        .is_some_and(|s| !matches!(s.why, Ending::Exited(_)))
+                        .is_some_and(|s| !matches!(s.why, Outcome::Exited(_)))
                     {
                         // What the child left behind gets the same treatment it got.
                         terminate_descendants(child);
@@ -527,7 +527,7 @@ pub fn supervise(
                         ));
                     }
                     stopping = Some(Stopping {
-                        why: Ending::Exited(st),
+                        why: Outcome::Exited(st),
                         kill_at: BootInstant::now() + kill_grace,
                         killed: false,
                     });
@@ -550,7 +550,7 @@ pub fn supervise(
                 (None, Some(cmd)) if st.signal().is_some() => {
                     terminate_descendants(child);
                     stopping = Some(Stopping {
-                        why: Ending::Exited(cmd),
+                        why: Outcome::Exited(cmd),
                         kill_at: BootInstant::now() + kill_grace,
                         killed: false,
                     });
@@ -560,7 +560,7 @@ pub fn supervise(
             Event::Holder(_) => {}
             Event::AllReaped => match (&stopping, status) {
                 (Some(s), _) => return s.why.clone(),
-                (None, Some(st)) => return Ending::Exited(st),
+                (None, Some(st)) => return Outcome::Exited(st),
                 // Unreachable in practice (the guardian's exit comes first); never release
                 // with nothing known: treat as a guardian gone.
                 (None, None) => return child.guardian_died(ExitStatus::from_raw(libc::SIGKILL)),
@@ -570,7 +570,7 @@ pub fn supervise(
 }
 
 /// Starts terminating the whole job: SIGTERM to every descendant now, SIGKILL at `kill_at`.
-fn stop(child: &Child, why: Ending, kill_at: BootInstant) -> Stopping {
+fn stop(child: &Child, why: Outcome, kill_at: BootInstant) -> Stopping {
     child.signal(libc::SIGTERM);
     terminate_descendants(child);
     Stopping {

@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use dlock_cli::internals::{
-    BootInstant, Ending, Events, Grant, Keeper, Lease, LeaseClock, Reaper, RenewError,
+    BootInstant, Events, Grant, Keeper, Lease, LeaseClock, Outcome, Reaper, RenewError,
     deadline_after, spawn, supervise,
 };
 
@@ -41,7 +41,7 @@ impl Lease for Unreachable {
 }
 
 /// Runs `script` under a 1500 ms lease that cannot be renewed, with a 300 ms loss grace.
-fn run_unrenewable(reaper: &std::sync::Arc<Reaper>, script: &str) -> (Ending, Duration) {
+fn run_unrenewable(reaper: &std::sync::Arc<Reaper>, script: &str) -> (Outcome, Duration) {
     let (tx, rx) = mpsc::channel();
     let ttl = Duration::from_millis(1500);
     let acquired_at = BootInstant::now();
@@ -81,7 +81,7 @@ fn main() {
 
     // Ignores SIGTERM: only the SIGKILL at the deadline (1500 ms - 17 ms margin) ends it.
     let (ending, took) = run_unrenewable(&reaper, "trap '' TERM; sleep 30");
-    let lost = matches!(&ending, Ending::Lost(why) if why.contains("connection timed out"));
+    let lost = matches!(&ending, Outcome::Lost(why) if why.contains("connection timed out"));
     check(
         "lost_lease_reports_the_renewal_error",
         lost && ending.code() == 79,

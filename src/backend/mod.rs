@@ -40,9 +40,10 @@ pub(crate) use self::support::async_runtime;
 pub(crate) use self::support::system_roots;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 pub(crate) use self::support::{SQL_EVENT_HEAD, SQL_EVENT_WHOLE, sql_event};
-pub(crate) use self::support::{escape_key, hostname, percent_decode, unescape_key};
+pub(crate) use self::support::{escape_key, hostname, unescape_key};
 use crate::clock::BootInstant;
 use crate::config::Target;
+pub(crate) use crate::config::percent_decode;
 use crate::exit::Busy;
 pub(crate) use crate::history::{Begun, Stored};
 use crate::model::{BackendKind, Deadline, Holder, Key, Mode, Record, Status};

@@ -67,26 +67,8 @@ pub(crate) fn absolute(path: std::path::PathBuf) -> std::path::PathBuf {
 
 /// The key an [`escape_key`]d name stands for, if it is one.
 pub(crate) fn unescape_key(name: &str) -> Option<Key> {
-    let bytes = percent_decode(name)?;
+    let bytes = crate::config::percent_decode(name)?;
     Key::new(std::str::from_utf8(&bytes).ok()?).ok()
-}
-
-/// Decodes `%XX` escapes (as in a URL's path or credentials); `None` for a malformed escape.
-pub(crate) fn percent_decode(s: &str) -> Option<Vec<u8>> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    Some(out)
 }
 
 /// This host's name, or "localhost" if it has none.

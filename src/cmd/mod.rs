@@ -1,3 +1,6 @@
-//! One module per subcommand that app.rs dispatches to (the others still live in app.rs).
+//! One module per subcommand that app.rs dispatches to.
 
 pub(crate) mod break_lock;
+pub(crate) mod log;
+pub(crate) mod run;
+pub(crate) mod status;

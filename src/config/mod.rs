@@ -13,6 +13,24 @@ mod secrets;
 
 pub(crate) use secrets::{hide_credentials, redact, secrets};
 
+/// Decodes `%XX` escapes (as in a URL's path or credentials); `None` for a malformed escape.
+pub(crate) fn percent_decode(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
 /// Shortest `--ttl`: renewing every ttl/3 must leave time for a round trip.
 pub(crate) const MIN_TTL: Duration = Duration::from_millis(300);
 /// Longest `--ttl` and `--kill-grace`: beyond a week they are typos, and servers cap them anyway.
@@ -93,7 +111,7 @@ fn absolute_query_paths(url: &str) -> String {
             else {
                 return pair.to_string();
             };
-            let Some(bytes) = crate::backend::percent_decode(v) else {
+            let Some(bytes) = percent_decode(v) else {
                 return pair.to_string();
             };
             let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&bytes));
@@ -313,7 +331,7 @@ impl RunConfig {
 
 /// For whom `dlock acquire` holds the lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Owner {
+pub(crate) enum OwnerChoice {
     /// The process that ran `dlock acquire` (its parent).
     Caller,
     /// The process with this id.
@@ -330,7 +348,7 @@ pub(crate) struct AcquireConfig {
     /// How to print the result.
     pub format: cli::Format,
     /// Whom the lock is held for.
-    pub owner: Owner,
+    pub owner: OwnerChoice,
     /// Give the lock up after this long.
     pub max_hold: Option<Duration>,
 }
@@ -348,10 +366,10 @@ impl AcquireConfig {
             ));
         }
         let owner = match a.owner.as_deref().map(str::trim) {
-            None => Owner::Caller,
-            Some("none") => Owner::Nobody,
+            None => OwnerChoice::Caller,
+            Some("none") => OwnerChoice::Nobody,
             Some(text) => match text.parse::<u32>() {
-                Ok(pid) if pid <= i32::MAX as u32 => Owner::Pid(pid),
+                Ok(pid) if pid <= i32::MAX as u32 => OwnerChoice::Pid(pid),
                 _ => {
                     return Err(Usage(format!(
                         "--owner '{}' is neither a process id nor 'none'",
@@ -366,7 +384,7 @@ impl AcquireConfig {
                 return Err(Usage("--max-hold must be longer than 0".into()));
             }
         }
-        if owner == Owner::Nobody && a.max_hold.is_none() {
+        if owner == OwnerChoice::Nobody && a.max_hold.is_none() {
             return Err(Usage(
                 "--owner none needs --max-hold DURATION: with nobody to stop, the lock must end by itself"
                     .into(),

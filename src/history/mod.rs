@@ -9,16 +9,13 @@
 //! such. How many events a key keeps ([`MAX_EVENTS`]) and how large one may be
 //! ([`MAX_EVENT_BYTES`]) bounds every reader against a forged history.
 
-pub(crate) mod cmd;
 pub(crate) mod record;
 pub(crate) mod retention;
 pub(crate) mod show;
 
 use std::time::Duration;
 
-use crate::backend::{Backend, Lease};
-use crate::model::{Key, Record};
-use crate::report;
+use crate::model::Record;
 
 pub(crate) use self::record::{Ending, Event, Run, Stored, merge};
 
@@ -54,19 +51,6 @@ pub enum Begun {
     Inside,
 }
 
-/// A run whose start is recorded, until its end is.
-pub(crate) struct RunLog {
-    id: String,
-    keys: Vec<Key>,
-}
-
-/// Why a run does not start: skipped by `--once-per` (the line to print), or a failure that made
-/// it impossible to tell.
-pub(crate) enum NotBegun {
-    Skipped(String),
-    Failed(anyhow::Error),
-}
-
 /// A run's start event made before its lock is taken, for the backends that record it in the
 /// acquisition's own round trips (PostgreSQL, etcd, ZooKeeper, MySQL: [`Request::start`]) — one
 /// key, exclusive, no `--once-per`. The body has no `token` yet: the backend learns the token in
@@ -75,7 +59,7 @@ pub(crate) enum NotBegun {
 ///
 /// [`Request::start`]: crate::backend::Request::start
 pub(crate) struct Opening {
-    id: String,
+    pub(crate) id: String,
     body: Vec<u8>,
 }
 
@@ -107,7 +91,7 @@ impl Opening {
 }
 
 /// A start event of at most `most` bytes (the command cut to fit).
-fn start_body(id: &str, holder: &Record, token: Option<u64>, most: usize) -> Vec<u8> {
+pub(crate) fn start_body(id: &str, holder: &Record, token: Option<u64>, most: usize) -> Vec<u8> {
     // Within the cap readers keep to (escaped, a character may take 6 bytes): a start over it
     // would not read as one, and `--once-per` would not see it.
     let mut chars = MAX_COMMAND_CHARS;
@@ -140,128 +124,11 @@ pub(crate) fn add_token(body: Vec<u8>, token: u64) -> Vec<u8> {
     }
 }
 
-impl RunLog {
-    /// Records the start of the run holding `lease` on `keys` (with `once_per`, unless a run
-    /// started less than that ago: [`NotBegun::Skipped`]). `Ok(None)`: no history is kept (off,
-    /// or the backend keeps none); a failure to write history without `--once-per` is a warning,
-    /// not a reason to keep the command from running.
-    ///
-    /// With `opening` (the start made before the lock was taken: [`Opening`]), the run keeps
-    /// its id; a backend that recorded it while taking the lock answers without a round trip.
-    pub(crate) fn begin(
-        lease: &mut dyn Lease,
-        keys: &[Key],
-        holder: &Record,
-        token: Option<u64>,
-        once_per: Option<Duration>,
-        opening: Option<&Opening>,
-    ) -> Result<Option<RunLog>, NotBegun> {
-        let (id, body) = match opening {
-            Some(o) => (o.id.clone(), o.with_token(token)),
-            None => {
-                let id = new_run_id(holder);
-                let body = start_body(&id, holder, token, MAX_EVENT_BYTES);
-                (id, body)
-            }
-        };
-        match lease.begin_run(&body, once_per) {
-            Ok(Begun::Started) => Ok(Some(RunLog {
-                id,
-                keys: keys.to_vec(),
-            })),
-            Ok(Begun::Skip { last, ago }) => Err(NotBegun::Skipped(show::skip_line(
-                &keys[0],
-                &last,
-                ago,
-                once_per.unwrap_or_default(),
-            ))),
-            Ok(Begun::Inside) => Ok(None),
-            Ok(Begun::NotKept) if once_per.is_some() => Err(NotBegun::Failed(
-                crate::exit::Usage(
-                    "this backend keeps no run history, so --once-per cannot work here".into(),
-                )
-                .into(),
-            )),
-            Ok(Begun::NotKept) => Ok(None),
-            Err(e) if once_per.is_some() => Err(NotBegun::Failed(
-                e.context("cannot check the run history for --once-per"),
-            )),
-            Err(e) => {
-                report::warn(format_args!(
-                    "cannot record the run in the history (the command runs anyway; --no-history switches it off): {e:#}"
-                ));
-                Ok(None)
-            }
-        }
-    }
-
-    /// The run whose start `opening` is (recorded while the lock was taken), on `keys`.
-    pub(crate) fn opened(opening: &Opening, keys: &[Key]) -> RunLog {
-        RunLog {
-            id: opening.id.clone(),
-            keys: keys.to_vec(),
-        }
-    }
-
-    /// The end event for `ending`, to hand to [`Lease::release_with_end`] or
-    /// [`RunLog::write_end`].
-    pub(crate) fn end(&self, ending: Ending) -> Vec<u8> {
-        serde_json::to_vec(&Event::end(&self.id, ending)).unwrap_or_default()
-    }
-
-    /// Writes `end` for every key through `backend` (when the release could not), warning on
-    /// failure.
-    pub(crate) fn write_end(&self, backend: &dyn Backend, end: &[u8]) {
-        for key in &self.keys {
-            if let Err(e) = backend.end_run(key, end) {
-                report::warn(format_args!(
-                    "cannot record the end of the run of '{key}' in the history: {e:#}"
-                ));
-            }
-        }
-    }
-
-    /// Writes `end` for every key through a new connection to `target`, waiting at most `bound`
-    /// (for a run whose lease was lost: its own connection may hang on a server that stopped
-    /// answering).
-    pub(crate) fn write_end_within(
-        &self,
-        target: &crate::config::Target,
-        end: Vec<u8>,
-        bound: Duration,
-    ) {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let target = target.clone();
-        let keys = self.keys.clone();
-        let spawned = std::thread::Builder::new()
-            .name("dlock-history".into())
-            .spawn(move || {
-                let written = crate::backend::open(&target)
-                    .and_then(|b| keys.iter().try_for_each(|k| b.end_run(k, &end)));
-                let _ = tx.send(written);
-            });
-        if spawned.is_err() {
-            return;
-        }
-        // After a loss, which has been reported: a missing end is worth a -v line only.
-        match rx.recv_timeout(bound) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => report::verbose(format_args!(
-                "cannot record the end of the run in the history: {e:#}"
-            )),
-            Err(_) => report::verbose(format_args!(
-                "cannot record the end of the run in the history: no answer within {}",
-                report::short_duration(bound)
-            )),
-        }
-    }
-}
-
 /// A run's id: 16 hex digits from the holder, the time and the boot clock. Unique enough that
 /// two runs of one key never share one (they differ in pid or in time). Hashed with std's
 /// SipHash, not SHA-256: an id needs no cryptography, and sha2's first use asks the CPU for
 /// its features (`cpuid`, a trap to the hypervisor on a VM: ~20 µs of every run here).
-fn new_run_id(holder: &Record) -> String {
+pub(crate) fn new_run_id(holder: &Record) -> String {
     use std::hash::{Hash, Hasher};
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

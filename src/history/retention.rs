@@ -16,9 +16,6 @@
 
 use std::time::Duration;
 
-use crate::backend::Backend;
-use crate::report;
-
 /// How long a key may stay untouched before its traces go: 30 days.
 pub(crate) const RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// For tests only: a shorter retention (a duration such as `2s`), with which *every* run prunes
@@ -28,7 +25,7 @@ pub(crate) const TEST_RETENTION_ENV: &str = "DLOCK_TEST_RETENTION";
 /// The most keys one run's pruning removes.
 pub(crate) const BATCH: usize = 64;
 /// The most keys one batch of `dlock prune` removes.
-const AT_ONCE: usize = 10_000;
+pub(crate) const AT_ONCE: usize = 10_000;
 /// One run in this many prunes (drawn at random): a backend's pruning costs a connection and
 /// a query, which most runs do not pay.
 pub(crate) const ODDS: u32 = 32;
@@ -51,7 +48,7 @@ fn test_override() -> Option<Duration> {
 }
 
 /// Whether this run prunes: one in [`ODDS`], every one under the tests' override.
-fn due() -> bool {
+pub(crate) fn due() -> bool {
     if test_override().is_some() {
         return true;
     }
@@ -62,53 +59,6 @@ fn due() -> bool {
     // The low bits of the clock's nanoseconds, mixed with the pid: random enough for a draw.
     let mixed = nanos ^ std::process::id().wrapping_mul(2_654_435_761);
     (mixed >> 4).is_multiple_of(ODDS)
-}
-
-/// After a run has let go of its lock: prunes up to [`BATCH`] aged-out keys when this run is
-/// due to. A failure is a `-v` line: pruning is housekeeping, never a run's failure.
-pub(crate) fn after_run(backend: &dyn Backend) {
-    if !due() {
-        return;
-    }
-    match backend.prune(retention(), BATCH) {
-        Ok(0) => {}
-        Ok(n) => report::verbose(format_args!("pruned {n} key(s) untouched for {}", show())),
-        Err(e) => report::verbose(format_args!("cannot prune aged-out keys: {e:#}")),
-    }
-}
-
-/// `dlock prune`: removes every key untouched for the retention (or `older_than`), batch by
-/// batch; prints how many. Exit 0, or 69 when the backend could not be asked.
-pub(crate) fn prune_all(backend: &dyn Backend, older_than: Option<Duration>, quiet: bool) -> u8 {
-    let older_than = older_than.unwrap_or_else(retention);
-    let mut total = 0usize;
-    // Batch after batch until one removes nothing (every batch that goes on removed something,
-    // so this ends); a batch looks at more than a run's does.
-    loop {
-        match backend.prune(older_than, AT_ONCE) {
-            Ok(0) => break,
-            Ok(n) => total += n,
-            Err(e) => {
-                report::error(format_args!(
-                    "cannot prune {} (removed {total} key(s) first): {e:#}",
-                    backend.location()
-                ));
-                return crate::exit::UNAVAILABLE;
-            }
-        }
-    }
-    if !quiet {
-        println!(
-            "pruned {total} key(s) untouched for {} on {}",
-            humantime::format_duration(older_than),
-            report::clean(&backend.location(), report::MAX_FIELD)
-        );
-    }
-    0
-}
-
-fn show() -> String {
-    humantime::format_duration(retention()).to_string()
 }
 
 /// The floor a backend keeps for its pruned keys' fencing counters, as text: the largest

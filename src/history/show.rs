@@ -79,7 +79,7 @@ pub(crate) fn is_running(run: &Run, holder: Option<&Holder>) -> bool {
         && run.pid.is_some()
         && run.pid == h.pid.map(u64::from)
         && run.host.as_deref() == h.host.as_deref();
-    if !same || run.host.as_deref() != Some(crate::backend::hostname().as_str()) {
+    if !same || run.host.as_deref() != Some(crate::sys::hostname().as_str()) {
         return same;
     }
     run.pid

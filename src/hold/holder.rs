@@ -74,7 +74,7 @@ pub(super) fn hold(
         }),
         ..Record::this_process(&[])
     };
-    let (backend, held) = match crate::app::take_locks(lock, &record, &interrupt) {
+    let (backend, held) = match crate::session::take_locks(lock, &record, &interrupt) {
         Ok(taken) => taken,
         Err(code) => return code,
     };
@@ -107,7 +107,7 @@ pub(super) fn hold(
         ("DLOCK_HOLDER_PID".into(), me.to_string()),
     ];
     vars.extend(
-        crate::app::command_env(lock, &tokens, claims)
+        crate::session::command_env(lock, &tokens, claims)
             .into_iter()
             .map(|(k, v)| (k.to_string(), v)),
     );
@@ -131,7 +131,7 @@ pub(super) fn hold(
         ..record.clone()
     };
     let run_log =
-        match crate::app::begin_history(lock, lease.as_mut(), &run_record, granted.tokens[0]) {
+        match crate::session::begin_history(lock, lease.as_mut(), &run_record, granted.tokens[0]) {
             Ok(log) => log,
             Err(code) => {
                 give_back(name, &keys_text, Keeper::new(lease, events_nowhere()));
@@ -234,13 +234,13 @@ pub(super) fn hold(
 /// What records the end of an acquire-held run.
 struct Closing<'a> {
     backend: &'a dyn crate::backend::Backend,
-    run_log: Option<&'a history::RunLog>,
+    run_log: Option<&'a crate::session::RunLog>,
     target: &'a crate::config::Target,
 }
 
 impl Closing<'_> {
-    fn app(&self) -> crate::app::Closing<'_> {
-        crate::app::Closing {
+    fn app(&self) -> crate::session::Recorder<'_> {
+        crate::session::Recorder {
             backend: self.backend,
             run_log: self.run_log,
         }
@@ -671,7 +671,7 @@ impl Holding<'_> {
             self.closing
                 .app()
                 .record_lost(self.closing.target, stop.ending);
-            let bound = crate::app::LOST_END_BOUND.saturating_sub(started.elapsed());
+            let bound = crate::session::LOST_END_BOUND.saturating_sub(started.elapsed());
             let _ = released.recv_timeout(bound);
         } else {
             self.closing

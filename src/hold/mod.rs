@@ -27,7 +27,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use crate::cli::ReleaseArgs;
-use crate::config::{AcquireConfig, Owner};
+use crate::config::{AcquireConfig, OwnerChoice};
 use crate::exit::{self, Usage};
 use crate::model::Verbosity;
 use crate::report;
@@ -72,11 +72,11 @@ fn setup_failed(e: &std::io::Error) -> u8 {
 }
 
 /// The owner, pinned (`None` for `--owner none`).
-fn resolve_owner(owner: Owner) -> Result<Option<owner::Owner>, Usage> {
+fn resolve_owner(owner: OwnerChoice) -> Result<Option<owner::Owner>, Usage> {
     match owner {
-        Owner::Nobody => Ok(None),
-        Owner::Caller => owner::Owner::pin(owner::caller_owner() as u32, true).map(Some),
-        Owner::Pid(p) => owner::Owner::pin(p, false).map(Some),
+        OwnerChoice::Nobody => Ok(None),
+        OwnerChoice::Caller => owner::Owner::pin(owner::caller_owner() as u32, true).map(Some),
+        OwnerChoice::Pid(p) => owner::Owner::pin(p, false).map(Some),
     }
 }
 

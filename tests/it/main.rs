@@ -36,6 +36,7 @@ mod redlock;
 mod retention;
 mod servers;
 mod sql_safety;
+mod structure;
 mod trace;
 mod tree;
 mod unkillable;

@@ -2,9 +2,9 @@
 
 use std::io::Write;
 
-use super::{Run, merge, show};
 use crate::backend::{self, Backend};
 use crate::config::KeyConfig;
+use crate::history::{Run, merge, show};
 use crate::model::{Holder, Key, Status};
 use crate::report;
 
