@@ -75,6 +75,33 @@ pub(super) fn clear(lock: &Path) {
     let _ = std::fs::remove_file(path_of(lock));
 }
 
+/// Whether the kernel agrees that `broken`'s holders have let go of the lock file `lock`: it is
+/// gone, it can be locked shared without waiting (then unlocked at once), or its record names
+/// an exclusive holder whose pid is none of theirs.
+pub(super) fn let_go(lock: &Path, broken: &crate::backend::Broken) -> anyhow::Result<bool> {
+    let file = match super::paths::open_existing(lock) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(e).with_context(|| format!("cannot open {}", lock.display())),
+    };
+    if super::wait::try_flock(&file, libc::LOCK_SH)? {
+        return Ok(true); // closing `file` lets go at once
+    }
+    let data = super::read_data(&file).unwrap_or_default();
+    let theirs = |pid| {
+        broken
+            .status
+            .holders
+            .iter()
+            .any(|b| b.record.pid == Some(pid))
+    };
+    Ok(data
+        .holder
+        .as_ref()
+        .and_then(|h| h.record.pid)
+        .is_some_and(|pid| !theirs(pid)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -385,6 +385,25 @@ impl Backend for FileBackend {
         Ok(findings)
     }
 
+    /// A safe break's wait, confirmed by the kernel: a status (one scan of `/proc/locks`) that
+    /// no longer shows a broken holder is believed only if the lock can be taken shared at once
+    /// (and is let go at once), or its record names a holder that is none of the broken ones.
+    /// `/proc/locks` is read in pieces, and entries that change between two pieces can be
+    /// skipped: in a busy test run one scan missed the broken holder while it still held the
+    /// lock, and `break --wait` said the lock was free while the command ran.
+    fn await_broken(&self, key: &Key, broken: &Broken, deadline: Deadline) -> anyhow::Result<bool> {
+        loop {
+            if !broken.still_held(&self.status(key)?) && broken::let_go(&self.path(key), broken)? {
+                return Ok(true);
+            }
+            match deadline.remaining() {
+                Some(left) if left.is_zero() => return Ok(false),
+                Some(left) => std::thread::sleep(left.min(super::BREAK_LOOK_EVERY)),
+                None => std::thread::sleep(super::BREAK_LOOK_EVERY),
+            }
+        }
+    }
+
     /// Safe: a mark beside the lock file ([`broken`]) that its holders see at their next
     /// check; they let go of the flock once their commands have stopped. Forced: the lock file
     /// is unlinked, and a new one can be locked at once.
