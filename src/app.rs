@@ -41,6 +41,10 @@ fn exit_code() -> u8 {
 fn command_code() -> u8 {
     let cli = match Cli::parse_args() {
         Ok(cli) => cli,
+        // A monitoring plugin's own usage error is UNKNOWN (3), said on its status line.
+        Err(e) if is_check() && !shows_help(&e) => {
+            return crate::cmd::check::usage(&clap_line(&e));
+        }
         Err(e) => return clap_error(&e),
     };
     match cli.command {
@@ -107,11 +111,123 @@ fn command_code() -> u8 {
             },
             Err(e) => report::usage(&e),
         },
+        Command::Check(a) => match check_config(&a) {
+            Ok((target, keys, limits)) => {
+                report::set_verbosity(crate::model::Verbosity::from(&a.output));
+                crate::cmd::check::check(&target, &keys, limits)
+            }
+            Err(e) => crate::cmd::check::usage(&e.to_string()),
+        },
+        Command::Metrics(a) => match metrics_config(&a) {
+            Ok((target, keys)) => {
+                report::set_verbosity(crate::model::Verbosity::from(&a.output));
+                crate::cmd::metrics::metrics(&target, &keys, a.write.as_deref())
+            }
+            Err(e) => report::usage(&e),
+        },
         Command::Completions(a) => {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(&crate::generate::completion(a.shell));
             0
         }
+    }
+}
+
+/// Whether this is `dlock check` (whose usage errors are UNKNOWN).
+fn is_check() -> bool {
+    std::env::args_os().nth(1).is_some_and(|a| a == "check")
+}
+
+/// Whether clap's "error" is help or the version, which go to stdout as they are.
+fn shows_help(e: &clap::Error) -> bool {
+    use clap::error::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    )
+}
+
+/// `dlock check`'s arguments, checked: the backend, 1 to `MAX_KEYS` keys, the ages.
+fn check_config(
+    a: &crate::cli::CheckArgs,
+) -> Result<
+    (
+        crate::config::Target,
+        Vec<crate::model::Key>,
+        crate::cmd::check::Limits,
+    ),
+    exit::Usage,
+> {
+    use exit::Usage;
+    let target = crate::config::Target::from_args(&a.backend)?;
+    let keys = keys_of(&a.keys, crate::cmd::check::MAX_KEYS)?;
+    if let Some(w) = a.warn_age.filter(|w| *w > a.max_age) {
+        return Err(Usage(format!(
+            "--warn-age {} is longer than --max-age {}: it could never warn",
+            humantime::format_duration(w),
+            humantime::format_duration(a.max_age)
+        )));
+    }
+    Ok((
+        target,
+        keys,
+        crate::cmd::check::Limits {
+            max_age: a.max_age,
+            warn_age: a.warn_age,
+        },
+    ))
+}
+
+/// `dlock metrics`'s arguments, checked.
+fn metrics_config(
+    a: &crate::cli::MetricsArgs,
+) -> Result<(crate::config::Target, Vec<crate::model::Key>), exit::Usage> {
+    let target = crate::config::Target::from_args(&a.backend)?;
+    let keys = keys_of(&a.keys, crate::cmd::metrics::MAX_KEYS)?;
+    if let Some(w) = &a.write
+        && w.file_name().is_none()
+    {
+        return Err(exit::Usage(format!(
+            "--write {}: not a file name",
+            w.display()
+        )));
+    }
+    Ok((target, keys))
+}
+
+/// `-k` values as keys, at most `most`, each once.
+fn keys_of(given: &[String], most: usize) -> Result<Vec<crate::model::Key>, exit::Usage> {
+    if given.len() > most {
+        return Err(exit::Usage(format!(
+            "at most {most} --key at once ({} given)",
+            given.len()
+        )));
+    }
+    let mut keys = Vec::with_capacity(given.len());
+    for k in given {
+        let key = crate::model::Key::new(k)?;
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    Ok(keys)
+}
+
+/// clap's error as one line, as [`clap_error`] prints it (without "dlock: ").
+fn clap_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let first: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let line = first.join(" ");
+    let line = line.strip_prefix("error: ").unwrap_or(&line).to_string();
+    match did_you_mean(e) {
+        Some(tip) => format!("{line}; {tip} (see --help)"),
+        None => format!("{line} (see --help)"),
     }
 }
 
