@@ -111,18 +111,12 @@ fn command_code() -> u8 {
             },
             Err(e) => report::usage(&e),
         },
-        Command::Check(a) => match check_config(&a) {
-            Ok((target, keys, limits)) => {
-                report::set_verbosity(crate::model::Verbosity::from(&a.output));
-                crate::cmd::check::check(&target, &keys, limits)
-            }
+        Command::Check(a) => match crate::config::CheckConfig::from_args(&a) {
+            Ok(cfg) => crate::cmd::check::check(&cfg),
             Err(e) => crate::cmd::check::usage(&e.to_string()),
         },
-        Command::Metrics(a) => match metrics_config(&a) {
-            Ok((target, keys)) => {
-                report::set_verbosity(crate::model::Verbosity::from(&a.output));
-                crate::cmd::metrics::metrics(&target, &keys, a.write.as_deref())
-            }
+        Command::Metrics(a) => match crate::config::MetricsConfig::from_args(&a) {
+            Ok(cfg) => crate::cmd::metrics::metrics(&cfg),
             Err(e) => report::usage(&e),
         },
         Command::Completions(a) => {
@@ -149,73 +143,9 @@ fn shows_help(e: &clap::Error) -> bool {
     )
 }
 
-/// `dlock check`'s arguments, checked: the backend, 1 to `MAX_KEYS` keys, the ages.
-fn check_config(
-    a: &crate::cli::CheckArgs,
-) -> Result<
-    (
-        crate::config::Target,
-        Vec<crate::model::Key>,
-        crate::cmd::check::Limits,
-    ),
-    exit::Usage,
-> {
-    use exit::Usage;
-    let target = crate::config::Target::from_args(&a.backend)?;
-    let keys = keys_of(&a.keys, crate::cmd::check::MAX_KEYS)?;
-    if let Some(w) = a.warn_age.filter(|w| *w > a.max_age) {
-        return Err(Usage(format!(
-            "--warn-age {} is longer than --max-age {}: it could never warn",
-            humantime::format_duration(w),
-            humantime::format_duration(a.max_age)
-        )));
-    }
-    Ok((
-        target,
-        keys,
-        crate::cmd::check::Limits {
-            max_age: a.max_age,
-            warn_age: a.warn_age,
-        },
-    ))
-}
-
-/// `dlock metrics`'s arguments, checked.
-fn metrics_config(
-    a: &crate::cli::MetricsArgs,
-) -> Result<(crate::config::Target, Vec<crate::model::Key>), exit::Usage> {
-    let target = crate::config::Target::from_args(&a.backend)?;
-    let keys = keys_of(&a.keys, crate::cmd::metrics::MAX_KEYS)?;
-    if let Some(w) = &a.write
-        && w.file_name().is_none()
-    {
-        return Err(exit::Usage(format!(
-            "--write {}: not a file name",
-            w.display()
-        )));
-    }
-    Ok((target, keys))
-}
-
-/// `-k` values as keys, at most `most`, each once.
-fn keys_of(given: &[String], most: usize) -> Result<Vec<crate::model::Key>, exit::Usage> {
-    if given.len() > most {
-        return Err(exit::Usage(format!(
-            "at most {most} --key at once ({} given)",
-            given.len()
-        )));
-    }
-    let mut keys = Vec::with_capacity(given.len());
-    for k in given {
-        let key = crate::model::Key::new(k)?;
-        if !keys.contains(&key) {
-            keys.push(key);
-        }
-    }
-    Ok(keys)
-}
-
-/// clap's error as one line, as [`clap_error`] prints it (without "dlock: ").
+/// clap's error as one line: its first paragraph ("error: what\n  detail\n\nUsage: ..."), and
+/// a suggestion — clap's ("tip: a similar argument exists: '--key'", in a later paragraph), or
+/// ours for a transposition in a short word (`--kye`), which clap misses ([`did_you_mean`]).
 fn clap_line(e: &clap::Error) -> String {
     let text = e.render().to_string();
     let first: Vec<&str> = text
@@ -223,12 +153,16 @@ fn clap_line(e: &clap::Error) -> String {
         .take_while(|l| !l.trim().is_empty())
         .map(str::trim)
         .collect();
-    let line = first.join(" ");
-    let line = line.strip_prefix("error: ").unwrap_or(&line).to_string();
-    match did_you_mean(e) {
-        Some(tip) => format!("{line}; {tip} (see --help)"),
-        None => format!("{line} (see --help)"),
+    let mut line = first.join(" ");
+    if let Some(tip) = did_you_mean(e).or_else(|| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("tip: "))
+            .map(str::to_string)
+    }) {
+        line = format!("{line}; {tip}");
     }
+    let line = line.strip_prefix("error: ").unwrap_or(&line);
+    format!("{line} (see --help)")
 }
 
 /// Help and version go to stdout as clap renders them; errors become one `dlock:` line, exit 2.
@@ -255,25 +189,7 @@ fn clap_error(e: &clap::Error) -> u8 {
         }
         _ => {}
     }
-    // clap's message is "error: what\n  detail\n\nUsage: ...": keep the first paragraph on one line.
-    let text = e.render().to_string();
-    let first: Vec<&str> = text
-        .lines()
-        .take_while(|l| !l.trim().is_empty())
-        .map(str::trim)
-        .collect();
-    let mut line = first.join(" ");
-    // clap's suggestion ("tip: a similar argument exists: '--key'") comes in a later paragraph;
-    // it misses a transposition in a short word (`--kye`), which `did_you_mean` finds.
-    if let Some(tip) = did_you_mean(e).or_else(|| {
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix("tip: "))
-            .map(str::to_string)
-    }) {
-        line = format!("{line}; {tip}");
-    }
-    let line = line.strip_prefix("error: ").unwrap_or(&line);
-    report::usage_error(format_args!("{line} (see --help)"));
+    report::usage_error(format_args!("{}", clap_line(e)));
     exit::USAGE
 }
 

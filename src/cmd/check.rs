@@ -10,13 +10,11 @@ use std::io::Write;
 use std::time::Duration;
 
 use crate::backend::{self, Backend};
-use crate::config::Target;
+use crate::config::CheckConfig;
 use crate::history::{Run, merge, show};
 use crate::model::Key;
 use crate::report::{MAX_FIELD, clean, short_duration};
 
-/// The most keys one check judges (`-k` given more often is a usage error).
-pub(crate) const MAX_KEYS: usize = 100;
 /// The longest host name shown, in characters.
 const MAX_HOST: usize = 64;
 
@@ -79,7 +77,13 @@ pub(crate) struct Verdict {
 }
 
 /// `dlock check [BACKEND] -k KEY… --max-age D [--warn-age W]`.
-pub(crate) fn check(target: &Target, keys: &[Key], limits: Limits) -> u8 {
+pub(crate) fn check(cfg: &CheckConfig) -> u8 {
+    crate::report::set_verbosity(cfg.verbosity);
+    let (target, keys) = (&cfg.target, &cfg.keys);
+    let limits = Limits {
+        max_age: cfg.max_age,
+        warn_age: cfg.warn_age,
+    };
     let b = match backend::open_existing(target) {
         Ok(b) => b,
         Err(e) => return print_line(State::Unknown, &error_text(target.kind.name(), &e), ""),

@@ -11,14 +11,12 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::backend::{self, Backend};
-use crate::config::Target;
+use crate::config::MetricsConfig;
 use crate::history::{MAX_RUNS, Run, merge, show};
 use crate::model::{Key, Status};
 use crate::report::clean;
 
-/// The most keys one exposition reports (named, or listed from the history: as many as a
-/// history read's events, the cap the SQL backends' listings share).
-pub(crate) const MAX_KEYS: usize = crate::history::MAX_EVENTS;
+use crate::config::MAX_REPORTED as MAX_KEYS;
 /// The longest host name in a label, in characters.
 const MAX_HOST: usize = 64;
 /// The exit code of a `--write` that failed (sysexits' EX_CANTCREAT).
@@ -40,7 +38,9 @@ pub(crate) struct KeyMetrics {
 }
 
 /// `dlock metrics [BACKEND] [-k KEY]… [--write FILE]`.
-pub(crate) fn metrics(target: &Target, keys: &[Key], write: Option<&Path>) -> u8 {
+pub(crate) fn metrics(cfg: &MetricsConfig) -> u8 {
+    crate::report::set_verbosity(cfg.verbosity);
+    let (target, keys, write) = (&cfg.target, &cfg.keys, cfg.write.as_deref());
     let name = target.kind.name();
     let found = backend::open_existing(target).and_then(|b| {
         let (keys, cut) = if keys.is_empty() {
