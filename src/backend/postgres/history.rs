@@ -384,7 +384,7 @@ impl PgBackend {
         rt.block_on(async {
             let s = self.connect("dlock metrics").await?;
             let sql =
-                format!("SELECT DISTINCT key FROM dlock_runs ORDER BY key LIMIT {MAX_EVENTS}");
+                format!("SELECT DISTINCT key COLLATE \"C\" AS k FROM dlock_runs ORDER BY k LIMIT {MAX_EVENTS}");
             match run(&s.client, &sql, &[]).await {
                 Ok(rows) => Ok(rows
                     .iter()
