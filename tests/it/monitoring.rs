@@ -85,9 +85,12 @@ fn unreachable(b: &TestBackend) -> TestBackend {
     }
 }
 
+/// A backend's native hook that stores an event as dlock would (`history::Native::forge`).
+type Forge = fn(&TestBackend, &str, &[u8]);
+
 /// Every case on one backend (see the module comment). `forge`: the backend's native hook to
 /// store an event as dlock would, for a run whose host is hostile (a newline, quotes).
-fn every_state(b: &TestBackend, forge: Option<fn(&TestBackend, &str, &[u8])>) {
+fn every_state(b: &TestBackend, forge: Option<Forge>) {
     if !available("promtool") {
         return;
     }
@@ -148,8 +151,13 @@ fn every_state(b: &TestBackend, forge: Option<fn(&TestBackend, &str, &[u8])>) {
     assert!(line.contains("no end was recorded"), "{line}");
 
     // WARNING past --warn-age, CRITICAL past --max-age: waited for by the check's own age.
+    // (Asked every 100 ms: each check is a process and a connection.)
     wait_until(Duration::from_secs(10), "the run to age past 1s", || {
-        check(b, &["-k", &ok, "--warn-age", "1s", "--max-age", "1h"]).0 == 1
+        let warned = check(b, &["-k", &ok, "--warn-age", "1s", "--max-age", "1h"]).0 == 1;
+        if !warned {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        warned
     });
     let line = check_is(b, &["-k", &ok, "-w", "1s", "-c", "1h"], 1, "WARNING");
     assert!(
@@ -239,7 +247,10 @@ fn redis() {
 #[test]
 fn redlock() {
     let Some(urls) = shared_redlock() else { return };
-    every_state(&TestBackend::redlock(&urls), None);
+    every_state(
+        &TestBackend::redlock(&urls),
+        Some(crate::history::redis_native().forge),
+    );
 }
 
 #[test]
@@ -258,29 +269,44 @@ fn redis_cluster() {
     let Some(c) = shared_redis_cluster() else {
         return;
     };
-    every_state(&TestBackend::redis(&c.url(0)), None);
+    every_state(
+        &TestBackend::redis(&c.url(0)),
+        Some(crate::history::redis_native().forge),
+    );
 }
 
 #[test]
 fn mariadb() {
     let Some(m) = shared_mariadb() else { return };
-    every_state(&TestBackend::mysql(&m.url()), None);
+    every_state(
+        &TestBackend::mysql(&m.url()),
+        Some(crate::mysql::mysql_native().forge),
+    );
 }
 
 #[test]
 fn postgres() {
     let Some(p) = shared_postgres() else { return };
-    every_state(&TestBackend::postgres(&p.url()), None);
+    every_state(
+        &TestBackend::postgres(&p.url()),
+        Some(crate::postgres::postgres_native().forge),
+    );
 }
 
 #[test]
 fn zookeeper() {
     let Some(z) = shared_zookeeper() else { return };
-    every_state(&TestBackend::zookeeper(&z.url()), None);
+    every_state(
+        &TestBackend::zookeeper(&z.url()),
+        Some(crate::zookeeper::zk_native().forge),
+    );
 }
 
 #[test]
 fn etcd() {
     let Some(e) = shared_etcd() else { return };
-    every_state(&TestBackend::etcd(&e.url()), None);
+    every_state(
+        &TestBackend::etcd(&e.url()),
+        Some(crate::etcd::etcd_native().forge),
+    );
 }
