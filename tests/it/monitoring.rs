@@ -313,3 +313,25 @@ fn etcd() {
         Some(crate::etcd::etcd_native().forge),
     );
 }
+
+/// A key on the server that is not UTF-8 (`dlock:{\xff\xfe}:runs`, which dlock never writes but
+/// anyone may) is skipped: `dlock metrics` still lists every key with a history, and `dlock
+/// status` every lock. (A server of its own: the junk key stays.)
+#[test]
+fn redis_a_key_name_that_is_not_utf8_is_skipped() {
+    let Some(r) = Redis::start(&[]) else { return };
+    let b = TestBackend::redis(&r.url());
+    let key = unique_key("mon-utf8");
+    run_ok(&mut b.run(&key, &[], &["true"]));
+    let junk = "for _, s in ipairs({':runs', '', ':holders'}) do \
+                redis.call('SET', 'dlock:{' .. string.char(255, 254) .. '}' .. s, 'x') end \
+                return 1";
+    assert_eq!(r.cli(&["EVAL", junk, "0"]), "1");
+    let out = run_ok(&mut b.cmd("metrics"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("dlock_history_runs{{key=\"{key}\"}} 1\n")),
+        "{text}"
+    );
+    run_ok(&mut b.cmd("status"));
+}
