@@ -89,7 +89,7 @@ pub(crate) fn check(cfg: &CheckConfig) -> u8 {
         Err(e) => return print_line(State::Unknown, &error_text(target.kind.name(), &e), ""),
     };
     let mut verdicts = Vec::with_capacity(keys.len());
-    for key in keys {
+    for (i, key) in keys.iter().enumerate() {
         match judge_key(b.as_ref(), key) {
             Ok((run, running)) => verdicts.push(judge(
                 key,
@@ -98,8 +98,22 @@ pub(crate) fn check(cfg: &CheckConfig) -> u8 {
                 crate::history::now_ms(),
                 limits,
             )),
-            // The backend did not answer: the next key would wait as long for the same.
-            Err(e) => return print_line(State::Unknown, &e, ""),
+            // This key is UNKNOWN; the keys judged so far keep their verdicts (a CRITICAL one
+            // still wins). The next keys are not asked: if the backend did not answer, each
+            // would wait as long for the same.
+            Err(mut text) => {
+                let left = keys.len() - i - 1;
+                if left > 0 {
+                    text.push_str(&format!(" ({left} more key(s) not asked)"));
+                }
+                verdicts.push(Verdict {
+                    state: State::Unknown,
+                    text,
+                    age_ms: None,
+                    duration_ms: None,
+                });
+                break;
+            }
         }
     }
     let (state, text, perf) = summary(&verdicts, keys, limits);

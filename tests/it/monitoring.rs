@@ -335,3 +335,30 @@ fn redis_a_key_name_that_is_not_utf8_is_skipped() {
     );
     run_ok(&mut b.cmd("status"));
 }
+
+/// A key whose history cannot be read (here another program's string at `dlock:{KEY}:runs`:
+/// WRONGTYPE) is UNKNOWN, and does not hide a key already judged CRITICAL: the worst state
+/// still wins. (A server of its own: the junk key stays.)
+#[test]
+fn redis_an_unreadable_key_does_not_hide_a_critical_one() {
+    let Some(r) = Redis::start(&[]) else { return };
+    let b = TestBackend::redis(&r.url());
+    let failed = unique_key("mon-failed");
+    let broken = unique_key("mon-broken");
+    run_code(&mut b.run(&failed, &[], &sh("exit 3")), 3);
+    assert_eq!(
+        r.cli(&["SET", &format!("dlock:{{{broken}}}:runs"), "x"]),
+        "OK"
+    );
+    let line = check_is(
+        &b,
+        &["-k", &failed, "-k", &broken, "-c", "1h"],
+        2,
+        "CRITICAL",
+    );
+    assert!(
+        line.contains(&format!("'{failed}' failed")) && line.contains(&format!("'{broken}'")),
+        "{line}"
+    );
+    check_is(&b, &["-k", &broken, "-c", "1h"], 3, "UNKNOWN");
+}
