@@ -26,6 +26,9 @@ const CANNOT_WRITE: u8 = 73;
 #[derive(Debug, Default)]
 pub(crate) struct KeyMetrics {
     pub key: String,
+    /// Whether its history and status were read (false: the read failed, or the key was not
+    /// asked after another one failed); nothing else about it is reported without.
+    pub readable: bool,
     /// Runs in its history (0: never ran, or its history aged out).
     pub runs: usize,
     /// The newest run, if any.
@@ -54,14 +57,43 @@ pub(crate) fn metrics(cfg: &MetricsConfig) -> u8 {
         } else {
             (keys.to_vec(), false)
         };
+        // A key that cannot be read (another program's value under its name, a server that
+        // stopped answering) is reported as such, and the keys read before it as they are;
+        // the next keys are not asked (if the server does not answer, each would wait as long).
         let mut out = Vec::with_capacity(keys.len());
+        let mut failed = None;
         for key in &keys {
-            out.push(read_key(b.as_ref(), key)?);
+            if failed.is_some() {
+                out.push(KeyMetrics {
+                    key: key.as_str().to_string(),
+                    ..KeyMetrics::default()
+                });
+                continue;
+            }
+            match read_key(b.as_ref(), key) {
+                Ok(m) => out.push(m),
+                Err(e) => {
+                    failed = Some(e.context(format!(
+                        "cannot read the metrics of {}",
+                        clean(key.as_str(), crate::report::MAX_FIELD)
+                    )));
+                    out.push(KeyMetrics {
+                        key: key.as_str().to_string(),
+                        ..KeyMetrics::default()
+                    });
+                }
+            }
         }
-        Ok((out, cut))
+        Ok((out, cut, failed))
     });
     let (text, code) = match found {
-        Ok((keys, cut)) => (exposition(name, &keys, cut, crate::history::now_ms()), 0),
+        Ok((keys, cut, failed)) => {
+            let code = match failed {
+                Some(e) => crate::report::fail(name, &e, crate::exit::UNAVAILABLE),
+                None => 0,
+            };
+            (exposition(name, &keys, cut, crate::history::now_ms()), code)
+        }
         Err(e) => {
             let code = crate::report::fail(
                 name,
@@ -96,6 +128,7 @@ fn read_key(b: &dyn Backend, key: &Key) -> anyhow::Result<KeyMetrics> {
     let since = holder.and_then(|h| h.held_for());
     Ok(KeyMetrics {
         key: key.as_str().to_string(),
+        readable: true,
         runs: runs.len(),
         last,
         running,
@@ -218,8 +251,19 @@ pub(crate) fn exposition(backend: &str, keys: &[KeyMetrics], cut: bool, now_ms: 
         &[(b, u8::from(cut).to_string())],
     );
     let label = |k: &KeyMetrics| format!("key=\"{}\"", label_value(&k.key));
+    family(
+        &mut out,
+        "dlock_key_readable",
+        "1 when the key's history and lock were read; 0 when the read failed (or stopped at another key's failure): the key has no other samples.",
+        &keys
+            .iter()
+            .map(|k| (label(k), u8::from(k.readable).to_string()))
+            .collect::<Vec<_>>(),
+    );
+    let keys: Vec<&KeyMetrics> = keys.iter().filter(|k| k.readable).collect();
     let each = |f: &dyn Fn(&KeyMetrics) -> Option<String>| -> Vec<(String, String)> {
         keys.iter()
+            .copied()
             .filter_map(|k| f(k).map(|v| (label(k), v)))
             .collect()
     };
@@ -337,6 +381,7 @@ mod tests {
     fn sample(key: &str, host: &str) -> KeyMetrics {
         KeyMetrics {
             key: key.into(),
+            readable: true,
             runs: 2,
             last: Some(Run {
                 run: "r".into(),
@@ -367,9 +412,33 @@ mod tests {
     fn a_failed_run_and_a_key_that_never_ran() {
         let never = KeyMetrics {
             key: "never".into(),
+            readable: true,
             ..KeyMetrics::default()
         };
-        let text = exposition("redis", &[sample("k\"1", "h\n\x1b"), never], false, 5);
+        let unread = KeyMetrics {
+            key: "unread".into(),
+            ..KeyMetrics::default()
+        };
+        let text = exposition(
+            "redis",
+            &[sample("k\"1", "h\n\x1b"), never, unread],
+            false,
+            5,
+        );
+        assert!(valid(&text).is_ok(), "{text}");
+        assert!(
+            text.contains("dlock_key_readable{key=\"unread\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dlock_key_readable{key=\"never\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("{key=\"unread\"} 0\n# HELP dlock_last"),
+            "{text}"
+        );
+        assert_eq!(text.matches("key=\"unread\"").count(), 1, "{text}");
         for want in [
             "dlock_last_run_exit_code{key=\"k\\\"1\"} 3\n",
             "dlock_last_run_success{key=\"k\\\"1\"} 0\n",
