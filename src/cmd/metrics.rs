@@ -143,7 +143,8 @@ fn read_key(b: &dyn Backend, key: &Key) -> anyhow::Result<KeyMetrics> {
 }
 
 /// Writes `bytes` to `path` atomically: a new file beside it (same directory, so the rename
-/// cannot cross filesystems; a name node_exporter does not read: it ends in `.tmp`), flushed
+/// cannot cross filesystems; a name node_exporter does not read: it ends in `.tmp`; never one
+/// that exists), flushed
 /// to disk, then renamed over `path`. Readers see the old file or the new one, never a part.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use anyhow::Context;
@@ -155,18 +156,37 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> 
     let Some(name) = path.file_name() else {
         anyhow::bail!("not a file name");
     };
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let _ = std::fs::remove_file(&tmp);
-    let result = (|| -> anyhow::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
+    // A name of its own, made with O_EXCL and never removed first: a writer with the same pid
+    // (another PID namespace sharing the directory) must not lose its file to this one, or
+    // have its half-written file renamed over FILE by it.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mut attempt = 0u32;
+    let (tmp, mut f) = loop {
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".{}.{nanos}.{attempt}.tmp", std::process::id()));
+        let tmp = dir.join(tmp_name);
+        match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o644)
             .open(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => {
+                attempt += 1;
+            }
+            Err(e) => {
+                return Err(
+                    anyhow::Error::new(e).context(format!("cannot create {}", tmp.display()))
+                );
+            }
+        }
+    };
+    let result = (|| -> anyhow::Result<()> {
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
@@ -401,6 +421,26 @@ mod tests {
             waiters: Some(2),
             ..KeyMetrics::default()
         }
+    }
+
+    #[test]
+    fn write_leaves_a_file_at_another_writers_temp_name_alone() {
+        let dir = std::env::temp_dir().join(format!("dlock-mw-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("dlock.prom");
+        // What a writer with our pid elsewhere (another PID namespace) may be writing now.
+        let theirs = dir.join(format!(".dlock.prom.{}.tmp", std::process::id()));
+        std::fs::write(&theirs, "half").unwrap();
+        write_atomically(&target, b"x 1\n").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"x 1\n");
+        assert_eq!(std::fs::read(&theirs).unwrap(), b"half");
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
