@@ -89,7 +89,7 @@ pub(crate) fn check(cfg: &CheckConfig) -> u8 {
         Err(e) => return print_line(State::Unknown, &error_text(target.kind.name(), &e), ""),
     };
     let mut verdicts = Vec::with_capacity(keys.len());
-    for key in keys {
+    for (i, key) in keys.iter().enumerate() {
         match judge_key(b.as_ref(), key) {
             Ok((run, running)) => verdicts.push(judge(
                 key,
@@ -98,8 +98,22 @@ pub(crate) fn check(cfg: &CheckConfig) -> u8 {
                 crate::history::now_ms(),
                 limits,
             )),
-            // The backend did not answer: the next key would wait as long for the same.
-            Err(e) => return print_line(State::Unknown, &e, ""),
+            // This key is UNKNOWN; the keys judged so far keep their verdicts (a CRITICAL one
+            // still wins). The next keys are not asked: if the backend did not answer, each
+            // would wait as long for the same.
+            Err(mut text) => {
+                let left = keys.len() - i - 1;
+                if left > 0 {
+                    text.push_str(&format!(" ({left} more key(s) not asked)"));
+                }
+                verdicts.push(Verdict {
+                    state: State::Unknown,
+                    text,
+                    age_ms: None,
+                    duration_ms: None,
+                });
+                break;
+            }
         }
     }
     let (state, text, perf) = summary(&verdicts, keys, limits);
@@ -310,12 +324,13 @@ pub(crate) fn summary(
             .unwrap_or_default(),
         seconds(ms_of(limits.max_age))
     );
-    for (v, key) in verdicts.iter().zip(keys) {
+    let names = label_names(keys);
+    for (v, name) in verdicts.iter().zip(&names) {
         let label = |what: &str| {
             if keys.len() == 1 {
                 what.to_string()
             } else {
-                perf_label(&format!("{} {what}", key.as_str()))
+                perf_label(&format!("{name} {what}"))
             }
         };
         if let Some(age) = v.age_ms {
@@ -340,6 +355,34 @@ pub(crate) fn seconds(ms: u64) -> String {
     } else {
         format!("{s}.{frac:03}").trim_end_matches('0').to_string()
     }
+}
+
+/// The longest key in a perfdata label, in characters (the label's cut at 128 must leave its
+/// " age" or " duration").
+const MAX_LABEL_KEY: usize = 100;
+
+/// Each key's name in its perfdata labels, all distinct: the key cut to [`MAX_LABEL_KEY`]
+/// characters, `=` and `|` as `_` (as [`perf_label`] has them); a name an earlier key already
+/// gave is followed by ` #N`, N the key's place in the list (else a graphing tool would store
+/// two keys' values, or a long key's age and duration, as one series).
+fn label_names(keys: &[Key]) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    keys.iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let name: String = clean(key.as_str(), MAX_LABEL_KEY)
+                .chars()
+                .map(|c| if matches!(c, '=' | '|') { '_' } else { c })
+                .collect();
+            let mut name = name;
+            // (A key may itself read "x_1 #3": again until it is new.)
+            while seen.contains(&name) {
+                name.push_str(&format!(" #{}", i + 1));
+            }
+            seen.insert(name.clone());
+            name
+        })
+        .collect()
 }
 
 /// A perfdata label by the plugin guidelines: in single quotes, a quote doubled; `=` (which
@@ -470,6 +513,44 @@ mod tests {
             (seconds(42_000), seconds(12), seconds(1_500)),
             ("42".into(), "0.012".into(), "1.5".into())
         );
+    }
+
+    #[test]
+    fn every_perfdata_label_is_distinct() {
+        // A long key keeps " age" and " duration" apart; keys alike once cut, or once `=` and
+        // `|` are `_`, are told apart by their place in the list.
+        let long = "j".repeat(200);
+        let keys = [
+            key(&long),
+            key(&format!("{long}x")),
+            key("x=1"),
+            key("x|1"),
+            key("x_1"),
+            key("x_1 #7"),
+            key("x=1 #7"),
+        ];
+        let v: Vec<Verdict> = keys
+            .iter()
+            .map(|k| judge(k, Some(&run(60, exit(0))), false, NOW, limits()))
+            .collect();
+        let (_, _, perf) = summary(&v, &keys, limits());
+        let j = "j".repeat(100);
+        for want in [
+            format!("'{j}… age'=60s;600;3600;0 "),
+            format!("'{j}… duration'=42s;;;0 "),
+            format!("'{j}… #2 age'=60s;"),
+            format!("'{j}… #2 duration'=42s;"),
+            "'x_1 age'=".into(),
+            "'x_1 duration'=".into(),
+            "'x_1 #4 age'=".into(),
+            "'x_1 #4 duration'=".into(),
+            "'x_1 #5 age'=".into(),
+            "'x_1 #5 duration'=".into(),
+            "'x_1 #7 age'=".into(),
+            "'x_1 #7 #7 age'=".into(),
+        ] {
+            assert_eq!(perf.matches(&want).count(), 1, "{want} once in {perf}");
+        }
     }
 
     proptest::proptest! {

@@ -26,6 +26,9 @@ const CANNOT_WRITE: u8 = 73;
 #[derive(Debug, Default)]
 pub(crate) struct KeyMetrics {
     pub key: String,
+    /// Whether its history and status were read (false: the read failed, or the key was not
+    /// asked after another one failed); nothing else about it is reported without.
+    pub readable: bool,
     /// Runs in its history (0: never ran, or its history aged out).
     pub runs: usize,
     /// The newest run, if any.
@@ -54,14 +57,43 @@ pub(crate) fn metrics(cfg: &MetricsConfig) -> u8 {
         } else {
             (keys.to_vec(), false)
         };
+        // A key that cannot be read (another program's value under its name, a server that
+        // stopped answering) is reported as such, and the keys read before it as they are;
+        // the next keys are not asked (if the server does not answer, each would wait as long).
         let mut out = Vec::with_capacity(keys.len());
+        let mut failed = None;
         for key in &keys {
-            out.push(read_key(b.as_ref(), key)?);
+            if failed.is_some() {
+                out.push(KeyMetrics {
+                    key: key.as_str().to_string(),
+                    ..KeyMetrics::default()
+                });
+                continue;
+            }
+            match read_key(b.as_ref(), key) {
+                Ok(m) => out.push(m),
+                Err(e) => {
+                    failed = Some(e.context(format!(
+                        "cannot read the metrics of {}",
+                        clean(key.as_str(), crate::report::MAX_FIELD)
+                    )));
+                    out.push(KeyMetrics {
+                        key: key.as_str().to_string(),
+                        ..KeyMetrics::default()
+                    });
+                }
+            }
         }
-        Ok((out, cut))
+        Ok((out, cut, failed))
     });
     let (text, code) = match found {
-        Ok((keys, cut)) => (exposition(name, &keys, cut, crate::history::now_ms()), 0),
+        Ok((keys, cut, failed)) => {
+            let code = match failed {
+                Some(e) => crate::report::fail(name, &e, crate::exit::UNAVAILABLE),
+                None => 0,
+            };
+            (exposition(name, &keys, cut, crate::history::now_ms()), code)
+        }
         Err(e) => {
             let code = crate::report::fail(
                 name,
@@ -96,6 +128,7 @@ fn read_key(b: &dyn Backend, key: &Key) -> anyhow::Result<KeyMetrics> {
     let since = holder.and_then(|h| h.held_for());
     Ok(KeyMetrics {
         key: key.as_str().to_string(),
+        readable: true,
         runs: runs.len(),
         last,
         running,
@@ -110,7 +143,8 @@ fn read_key(b: &dyn Backend, key: &Key) -> anyhow::Result<KeyMetrics> {
 }
 
 /// Writes `bytes` to `path` atomically: a new file beside it (same directory, so the rename
-/// cannot cross filesystems; a name node_exporter does not read: it ends in `.tmp`), flushed
+/// cannot cross filesystems; a name node_exporter does not read: it ends in `.tmp`; never one
+/// that exists), flushed
 /// to disk, then renamed over `path`. Readers see the old file or the new one, never a part.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use anyhow::Context;
@@ -122,18 +156,37 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> 
     let Some(name) = path.file_name() else {
         anyhow::bail!("not a file name");
     };
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let _ = std::fs::remove_file(&tmp);
-    let result = (|| -> anyhow::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
+    // A name of its own, made with O_EXCL and never removed first: a writer with the same pid
+    // (another PID namespace sharing the directory) must not lose its file to this one, or
+    // have its half-written file renamed over FILE by it.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mut attempt = 0u32;
+    let (tmp, mut f) = loop {
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".{}.{nanos}.{attempt}.tmp", std::process::id()));
+        let tmp = dir.join(tmp_name);
+        match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o644)
             .open(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => {
+                attempt += 1;
+            }
+            Err(e) => {
+                return Err(
+                    anyhow::Error::new(e).context(format!("cannot create {}", tmp.display()))
+                );
+            }
+        }
+    };
+    let result = (|| -> anyhow::Result<()> {
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
@@ -218,8 +271,19 @@ pub(crate) fn exposition(backend: &str, keys: &[KeyMetrics], cut: bool, now_ms: 
         &[(b, u8::from(cut).to_string())],
     );
     let label = |k: &KeyMetrics| format!("key=\"{}\"", label_value(&k.key));
+    family(
+        &mut out,
+        "dlock_key_readable",
+        "1 when the key's history and lock were read; 0 when the read failed (or stopped at another key's failure): the key has no other samples.",
+        &keys
+            .iter()
+            .map(|k| (label(k), u8::from(k.readable).to_string()))
+            .collect::<Vec<_>>(),
+    );
+    let keys: Vec<&KeyMetrics> = keys.iter().filter(|k| k.readable).collect();
     let each = |f: &dyn Fn(&KeyMetrics) -> Option<String>| -> Vec<(String, String)> {
         keys.iter()
+            .copied()
             .filter_map(|k| f(k).map(|v| (label(k), v)))
             .collect()
     };
@@ -337,6 +401,7 @@ mod tests {
     fn sample(key: &str, host: &str) -> KeyMetrics {
         KeyMetrics {
             key: key.into(),
+            readable: true,
             runs: 2,
             last: Some(Run {
                 run: "r".into(),
@@ -359,6 +424,26 @@ mod tests {
     }
 
     #[test]
+    fn write_leaves_a_file_at_another_writers_temp_name_alone() {
+        let dir = std::env::temp_dir().join(format!("dlock-mw-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("dlock.prom");
+        // What a writer with our pid elsewhere (another PID namespace) may be writing now.
+        let theirs = dir.join(format!(".dlock.prom.{}.tmp", std::process::id()));
+        std::fs::write(&theirs, "half").unwrap();
+        write_atomically(&target, b"x 1\n").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"x 1\n");
+        assert_eq!(std::fs::read(&theirs).unwrap(), b"half");
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn label_values_are_escaped() {
         assert_eq!(label_value("a\"b\\c\nd é"), "a\\\"b\\\\c\\nd é");
     }
@@ -367,9 +452,33 @@ mod tests {
     fn a_failed_run_and_a_key_that_never_ran() {
         let never = KeyMetrics {
             key: "never".into(),
+            readable: true,
             ..KeyMetrics::default()
         };
-        let text = exposition("redis", &[sample("k\"1", "h\n\x1b"), never], false, 5);
+        let unread = KeyMetrics {
+            key: "unread".into(),
+            ..KeyMetrics::default()
+        };
+        let text = exposition(
+            "redis",
+            &[sample("k\"1", "h\n\x1b"), never, unread],
+            false,
+            5,
+        );
+        assert!(valid(&text).is_ok(), "{text}");
+        assert!(
+            text.contains("dlock_key_readable{key=\"unread\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dlock_key_readable{key=\"never\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("{key=\"unread\"} 0\n# HELP dlock_last"),
+            "{text}"
+        );
+        assert_eq!(text.matches("key=\"unread\"").count(), 1, "{text}");
         for want in [
             "dlock_last_run_exit_code{key=\"k\\\"1\"} 3\n",
             "dlock_last_run_success{key=\"k\\\"1\"} 0\n",

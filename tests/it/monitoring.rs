@@ -313,3 +313,90 @@ fn etcd() {
         Some(crate::etcd::etcd_native().forge),
     );
 }
+
+/// A key on the server that is not UTF-8 (`dlock:{\xff\xfe}:runs`, which dlock never writes but
+/// anyone may) is skipped: `dlock metrics` still lists every key with a history, and `dlock
+/// status` every lock. (A server of its own: the junk key stays.)
+#[test]
+fn redis_a_key_name_that_is_not_utf8_is_skipped() {
+    let Some(r) = Redis::start(&[]) else { return };
+    let b = TestBackend::redis(&r.url());
+    let key = unique_key("mon-utf8");
+    run_ok(&mut b.run(&key, &[], &["true"]));
+    let junk = "for _, s in ipairs({':runs', '', ':holders'}) do \
+                redis.call('SET', 'dlock:{' .. string.char(255, 254) .. '}' .. s, 'x') end \
+                return 1";
+    assert_eq!(r.cli(&["EVAL", junk, "0"]), "1");
+    let out = run_ok(&mut b.cmd("metrics"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("dlock_history_runs{{key=\"{key}\"}} 1\n")),
+        "{text}"
+    );
+    run_ok(&mut b.cmd("status"));
+}
+
+/// A key whose history cannot be read (here another program's string at `dlock:{KEY}:runs`:
+/// WRONGTYPE) is UNKNOWN, and does not hide a key already judged CRITICAL: the worst state
+/// still wins. (A server of its own: the junk key stays.)
+#[test]
+fn redis_an_unreadable_key_does_not_hide_a_critical_one() {
+    let Some(r) = Redis::start(&[]) else { return };
+    let b = TestBackend::redis(&r.url());
+    let failed = unique_key("mon-failed");
+    let broken = unique_key("mon-broken");
+    run_code(&mut b.run(&failed, &[], &sh("exit 3")), 3);
+    assert_eq!(
+        r.cli(&["SET", &format!("dlock:{{{broken}}}:runs"), "x"]),
+        "OK"
+    );
+    let line = check_is(
+        &b,
+        &["-k", &failed, "-k", &broken, "-c", "1h"],
+        2,
+        "CRITICAL",
+    );
+    assert!(
+        line.contains(&format!("'{failed}' failed")) && line.contains(&format!("'{broken}'")),
+        "{line}"
+    );
+    check_is(&b, &["-k", &broken, "-c", "1h"], 3, "UNKNOWN");
+}
+
+/// A key whose history cannot be read (WRONGTYPE, as above) does not take the other keys'
+/// metrics with it: they are reported, it is `dlock_key_readable 0`, and the exit is 69 (said
+/// on stderr). (A server of its own: the junk key stays.)
+#[test]
+fn redis_metrics_report_the_keys_that_read_past_one_that_does_not() {
+    let Some(r) = Redis::start(&[]) else { return };
+    let b = TestBackend::redis(&r.url());
+    // Listed in byte order: "a…" is read before "b…", "c…" after.
+    let (first, broken, last) = (
+        unique_key("a-mon"),
+        unique_key("b-mon"),
+        unique_key("c-mon"),
+    );
+    run_ok(&mut b.run(&first, &[], &["true"]));
+    run_ok(&mut b.run(&last, &[], &["true"]));
+    assert_eq!(
+        r.cli(&["SET", &format!("dlock:{{{broken}}}:runs"), "x"]),
+        "OK"
+    );
+    let out = output(&mut b.cmd("metrics"));
+    assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
+    promtool_passes(available("promtool"), &out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "dlock_backend_up{backend=\"redis\"} 1\n".to_string(),
+        format!("dlock_history_runs{{key=\"{first}\"}} 1\n"),
+        format!("dlock_key_readable{{key=\"{first}\"}} 1\n"),
+        format!("dlock_key_readable{{key=\"{broken}\"}} 0\n"),
+        format!("dlock_key_readable{{key=\"{last}\"}} 0\n"),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in\n{text}");
+    }
+    assert!(
+        !text.contains(&format!("dlock_history_runs{{key=\"{broken}\"}}")),
+        "{text}"
+    );
+}

@@ -23,7 +23,9 @@ fn scan_named(con: &mut Connection, suffixes: &[&str]) -> redis::RedisResult<Vec
     let mut keys = std::collections::BTreeSet::new();
     let mut cursor = 0u64;
     loop {
-        let (next, names): (u64, Vec<String>) = redis::cmd("SCAN")
+        // Names as bytes: anyone may store a key that is not UTF-8 under `dlock:{`, and one such
+        // name must not fail the whole listing (as a `String` reply would); it names no lock.
+        let (next, names): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
             .arg("dlock:{*")
@@ -31,7 +33,10 @@ fn scan_named(con: &mut Connection, suffixes: &[&str]) -> redis::RedisResult<Vec
             .arg(1000)
             .query(con)?;
         for name in names {
-            let Some(rest) = name.strip_prefix("dlock:{") else {
+            let Some(rest) = std::str::from_utf8(&name)
+                .ok()
+                .and_then(|n| n.strip_prefix("dlock:{"))
+            else {
                 continue;
             };
             let key = suffixes
