@@ -146,10 +146,20 @@ pub(crate) fn new_run_id(holder: &Record) -> String {
 /// (`None`) when it is farther — a clock that went back would otherwise skip every run until
 /// it caught up.
 pub(crate) fn age(now_ms: u64, at_ms: u64, within: Duration) -> Option<Duration> {
-    match now_ms.checked_sub(at_ms) {
-        Some(ago) => Some(Duration::from_millis(ago)),
-        None if Duration::from_millis(at_ms - now_ms) <= within => Some(Duration::ZERO),
-        None => None,
+    age_of(i128::from(now_ms) - i128::from(at_ms), within)
+}
+
+/// [`age`] of a start `ago_ms` milliseconds ago as a backend's server computed it (negative:
+/// in the future), the same rule.
+pub(crate) fn age_of(ago_ms: impl Into<i128>, within: Duration) -> Option<Duration> {
+    let ago_ms: i128 = ago_ms.into();
+    let ms = |v: i128| Duration::from_millis(u64::try_from(v.unsigned_abs()).unwrap_or(u64::MAX));
+    if ago_ms >= 0 {
+        Some(ms(ago_ms))
+    } else if ms(ago_ms) <= within {
+        Some(Duration::ZERO)
+    } else {
+        None
     }
 }
 
@@ -164,6 +174,20 @@ pub(crate) fn now_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_in_the_future_counts_as_now_within_the_window_only() {
+        let d = Duration::from_secs(10);
+        assert_eq!(age(5_000, 1_000, d), Some(Duration::from_secs(4)));
+        assert_eq!(age(1_000, 5_000, d), Some(Duration::ZERO));
+        assert_eq!(age(1_000, 20_000, d), None);
+        assert_eq!(age(0, u64::MAX, d), None);
+        assert_eq!(age(u64::MAX, 0, d), Some(Duration::from_millis(u64::MAX)));
+        assert_eq!(age_of(-10_000i64, d), Some(Duration::ZERO));
+        assert_eq!(age_of(-10_001i64, d), None);
+        assert_eq!(age_of(i64::MIN, d), None);
+        assert_eq!(age_of(7i64, d), Some(Duration::from_millis(7)));
+    }
 
     fn holder(command: &str) -> Record {
         Record {

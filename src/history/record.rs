@@ -19,6 +19,32 @@ pub struct Stored {
     pub body: Vec<u8>,
 }
 
+impl Stored {
+    /// An event stored as one line `MS BODY` (the file backend's history file, Redis's list):
+    /// split at the first space; a time that is not a number (a torn or forged line) is
+    /// `None`, and a line without a space is all body. Any bytes read without panic.
+    pub(crate) fn from_line(line: &[u8]) -> Stored {
+        let (at, body) = match line.iter().position(|&b| b == b' ') {
+            Some(i) => (
+                line.get(..i).unwrap_or_default(),
+                line.get(i + 1..).unwrap_or_default(),
+            ),
+            None => (&line[..0], line),
+        };
+        Stored {
+            at_ms: std::str::from_utf8(at).ok().and_then(|t| t.parse().ok()),
+            body: body.to_vec(),
+        }
+    }
+
+    /// The line [`Stored::from_line`] reads back: `MS BODY` (no newline).
+    pub(crate) fn line(at_ms: u64, body: &[u8]) -> Vec<u8> {
+        let mut l = format!("{at_ms} ").into_bytes();
+        l.extend_from_slice(body);
+        l
+    }
+}
+
 /// A start or an end event, as dlock writes it (every field optional when read back).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Event {
@@ -267,6 +293,31 @@ fn unreadable(s: &Stored) -> Run {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn any_line_reads_without_panic(line in proptest::collection::vec(proptest::num::u8::ANY, 0..96)) {
+            let s = Stored::from_line(&line);
+            proptest::prop_assert!(s.body.len() <= line.len());
+        }
+
+        #[test]
+        fn a_written_line_reads_back(at in proptest::num::u64::ANY, body in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            let s = Stored::from_line(&Stored::line(at, &body));
+            proptest::prop_assert_eq!(s.at_ms, Some(at));
+            proptest::prop_assert_eq!(s.body, body);
+        }
+    }
+
+    #[test]
+    fn lines_split_at_the_first_space() {
+        let s = Stored::from_line(b"1700000000000 {\"run\":\"a b\"}");
+        assert_eq!(s.at_ms, Some(1_700_000_000_000));
+        assert_eq!(s.body, b"{\"run\":\"a b\"}");
+        let s = Stored::from_line(b"nonsense");
+        assert_eq!((s.at_ms, s.body.as_slice()), (None, &b"nonsense"[..]));
+        assert_eq!(Stored::from_line(b"-5 x").at_ms, None);
+    }
 
     fn stored(at: u64, body: &str) -> Stored {
         Stored {
