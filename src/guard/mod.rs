@@ -47,7 +47,7 @@ mod guardian;
 mod tree;
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -265,9 +265,8 @@ impl Guardian {
         deadline: Option<BootInstant>,
         quiet: bool,
     ) -> io::Result<(Guardian, Option<(u8, u64)>)> {
-        let stack = map_stack()?;
-        let (from_dlock, to_guard) = pipe()?;
-        let (from_guard, to_dlock) = pipe()?;
+        let (from_dlock, to_guard) = crate::sys::pipe_nonblocking()?;
+        let (from_guard, to_dlock) = crate::sys::pipe_nonblocking()?;
         let watching = plan.is_none();
         let mut setup = Setup {
             plan,
@@ -287,29 +286,15 @@ impl Guardian {
         // instruction: it is not waited for (that would put its first time slice on the
         // holder's path). Its setup is never freed instead (a few words, once per watchdog);
         // a guardian's stays on this stack, which outlives its reading (waited for below).
-        let setup: *mut Setup<'_> = if watching {
+        let setup: &mut Setup<'_> = if watching {
             Box::leak(Box::new(setup))
         } else {
             &mut setup
         };
-        // SAFETY: `guardian::entry` runs on its own stack (mapped above, never unmapped) in this
-        // process's memory. It reads `setup` only until it reports on `to_dlock`; a guardian's
-        // is this function's, which returns only after that report (or the guardian's end), a
-        // watchdog's is never freed.
-        // No CLONE_FILES: the guardian gets its own copy of the descriptor table, which is the
-        // point. No CLONE_SIGHAND or CLONE_THREAD: its own dispositions, its own pid.
-        let pid = unsafe {
-            libc::clone(
-                guardian::entry,
-                stack.cast(),
-                libc::CLONE_VM | libc::SIGCHLD,
-                setup.cast(),
-            )
-        };
-        if pid < 0 {
-            // No guardian exists: errno is ours alone.
-            return Err(io::Error::last_os_error());
-        }
+        // `guardian::entry` keeps the rules of a process in dlock's memory (no allocation, no
+        // lock, no panic, no C library: this module's lints and `sys::raw`), and reads `setup`
+        // only until it reports on `to_dlock`.
+        let pid = crate::sys::clone_vm(STACK, guardian::entry, setup)?;
         crate::trace::stage("guardian");
         // Closed without the C library: the guardian may be using `errno` now.
         raw::close(from_dlock.into_raw_fd());
@@ -401,38 +386,4 @@ impl Guardian {
 /// A `CLOCK_BOOTTIME` instant in nanoseconds.
 fn ns(t: BootInstant) -> u64 {
     u64::try_from(t.since_boot().as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// A non-blocking, close-on-exec pipe: (read end, write end).
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: a valid out-array of two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: two fresh descriptors that nothing else owns.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// Maps the guardian's stack with a guard page below it, and returns its (16-byte aligned) top.
-/// It is never unmapped: the guardian may outlive every use dlock makes of it, and dlock itself.
-fn map_stack() -> io::Result<*mut u8> {
-    let page = 4096;
-    // SAFETY: a fresh anonymous private mapping; nothing else refers to it.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            STACK + page,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the lowest page of the mapping just made.
-    unsafe { libc::mprotect(base, page, libc::PROT_NONE) };
-    Ok(base.cast::<u8>().wrapping_add(STACK + page))
 }
