@@ -25,7 +25,7 @@ use std::time::Duration;
 use crate::clock::BootInstant;
 use crate::events::Event;
 use crate::exit;
-use crate::guard::{Guardian, Report, StartError};
+use crate::guard::{Guardian, GuardianReport, StartError};
 use crate::keeper::Keeper;
 use crate::signals::{self, Woken};
 use crate::stopper::{Step, Stopping, Tree};
@@ -244,9 +244,9 @@ impl Child {
         let reaped = self.reaper.reap();
         for report in self.guardian.reports() {
             let event = match report {
-                Report::Exited(status) => Event::ChildExited(status),
-                Report::Leftovers => Event::Leftovers,
-                Report::DeadlinePassed => Event::Lost(
+                GuardianReport::Exited(status) => Event::ChildExited(status),
+                GuardianReport::Leftovers => Event::Leftovers,
+                GuardianReport::DeadlinePassed => Event::Lost(
                     "the lease ran out before dlock renewed it; the guardian killed the command's processes".into(),
                 ),
             };

@@ -106,7 +106,7 @@ fn decode(m: &[u8]) -> Option<(u8, u64)> {
 
 /// What the guardian reports while the command runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Report {
+pub(crate) enum GuardianReport {
     /// The command exited (or was killed) with this status.
     Exited(ExitStatus),
     /// The command exited and left processes running.
@@ -364,17 +364,19 @@ impl Guardian {
     }
 
     /// Everything the guardian reported since the last call, in order. Never blocks.
-    pub(crate) fn reports(&self) -> Vec<Report> {
+    pub(crate) fn reports(&self) -> Vec<GuardianReport> {
         let mut out = Vec::new();
         let mut buf = [0u8; MESSAGE * 8];
         while let Ok(n @ 1..) = raw::read(self.from_guard.as_raw_fd(), &mut buf) {
             for m in buf.get(..n).unwrap_or_default().chunks_exact(MESSAGE) {
                 match decode(m) {
                     Some((from_guard::EXITED, status)) => {
-                        out.push(Report::Exited(ExitStatus::from_raw(status as i32)));
+                        out.push(GuardianReport::Exited(ExitStatus::from_raw(status as i32)));
                     }
-                    Some((from_guard::LEFTOVERS, _)) => out.push(Report::Leftovers),
-                    Some((from_guard::DEADLINE_PASSED, _)) => out.push(Report::DeadlinePassed),
+                    Some((from_guard::LEFTOVERS, _)) => out.push(GuardianReport::Leftovers),
+                    Some((from_guard::DEADLINE_PASSED, _)) => {
+                        out.push(GuardianReport::DeadlinePassed)
+                    }
                     _ => {}
                 }
             }

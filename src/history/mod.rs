@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::model::Record;
 
-pub(crate) use self::record::{Ending, Event, Run, Stored, merge};
+pub(crate) use self::record::{Ending, Run, RunEvent, Stored, merge};
 
 /// How many runs a key's history keeps, at most.
 pub(crate) const MAX_RUNS: usize = 100;
@@ -96,7 +96,7 @@ pub(crate) fn start_body(id: &str, holder: &Record, token: Option<u64>, most: us
     // would not read as one, and `--once-per` would not see it.
     let mut chars = MAX_COMMAND_CHARS;
     loop {
-        let start = Event::start(id, holder, token, chars);
+        let start = RunEvent::start(id, holder, token, chars);
         let body = serde_json::to_vec(&start).unwrap_or_default();
         if body.len() <= most || chars == 0 {
             return body;
@@ -113,7 +113,7 @@ pub(crate) fn add_token(body: Vec<u8>, token: u64) -> Vec<u8> {
         at_ms: None,
         body: body.clone(),
     };
-    match Event::read(&s) {
+    match RunEvent::read(&s) {
         Some(e) if e.ev == "start" && e.token.is_none() && body.last() == Some(&b'}') => {
             let mut body = body;
             body.pop();
@@ -202,7 +202,7 @@ mod tests {
     fn an_opening_takes_its_token_where_it_is_recorded() {
         let o = Opening::new(&holder("make all"));
         let read = |b: &[u8]| {
-            Event::read(&Stored {
+            RunEvent::read(&Stored {
                 at_ms: None,
                 body: b.to_vec(),
             })
@@ -217,7 +217,7 @@ mod tests {
         assert_eq!(added.token, Some(42));
         let kept = o.with_token(Some(5));
         assert_eq!(add_token(kept.clone(), 42), kept);
-        let end = serde_json::to_vec(&Event::end("r", Ending::default())).unwrap();
+        let end = serde_json::to_vec(&RunEvent::end("r", Ending::default())).unwrap();
         assert_eq!(add_token(end.clone(), 42), end);
         assert_eq!(add_token(b"junk".to_vec(), 42), b"junk");
     }

@@ -47,7 +47,7 @@ impl Stored {
 
 /// A start or an end event, as dlock writes it (every field optional when read back).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Event {
+pub(crate) struct RunEvent {
     /// The run's id (16 hex digits), shared by its start and end.
     #[serde(default)]
     pub run: String,
@@ -105,15 +105,15 @@ fn user() -> Option<String> {
         .or_else(crate::sys::user_name)
 }
 
-impl Event {
+impl RunEvent {
     /// The start of run `id` by `holder`.
     pub(crate) fn start(
         id: &str,
         holder: &Record,
         token: Option<u64>,
         max_command: usize,
-    ) -> Event {
-        Event {
+    ) -> RunEvent {
+        RunEvent {
             run: id.to_string(),
             ev: "start".into(),
             host: holder.host.clone(),
@@ -132,22 +132,22 @@ impl Event {
     }
 
     /// The end of run `id`.
-    pub(crate) fn end(id: &str, ending: Ending) -> Event {
-        Event {
+    pub(crate) fn end(id: &str, ending: Ending) -> RunEvent {
+        RunEvent {
             run: id.to_string(),
             ev: "end".into(),
             host_ms: Some(super::now_ms()),
             ending: Some(ending),
-            ..Event::default()
+            ..RunEvent::default()
         }
     }
 
     /// The event in `s`, if it is one dlock could have written.
-    pub(crate) fn read(s: &Stored) -> Option<Event> {
+    pub(crate) fn read(s: &Stored) -> Option<RunEvent> {
         if s.body.len() > MAX_EVENT_BYTES {
             return None;
         }
-        let e: Event = serde_json::from_slice(&s.body).ok()?;
+        let e: RunEvent = serde_json::from_slice(&s.body).ok()?;
         let id_ok = !e.run.is_empty() && e.run.len() <= 64;
         (id_ok && (e.ev == "start" || e.ev == "end")).then_some(e)
     }
@@ -218,9 +218,9 @@ fn cut_ending(e: Ending) -> Ending {
 /// [`MAX_EVENTS`] events.
 pub(crate) fn merge(stored: &[Stored], n: usize) -> Vec<Run> {
     let stored = &stored[..stored.len().min(MAX_EVENTS)];
-    let events: Vec<(Option<Event>, &Stored)> =
-        stored.iter().map(|s| (Event::read(s), s)).collect();
-    let mut ends: HashMap<&str, (&Event, Option<u64>)> = HashMap::new();
+    let events: Vec<(Option<RunEvent>, &Stored)> =
+        stored.iter().map(|s| (RunEvent::read(s), s)).collect();
+    let mut ends: HashMap<&str, (&RunEvent, Option<u64>)> = HashMap::new();
     for (e, s) in &events {
         if let Some(e) = e.as_ref().filter(|e| e.ev == "end") {
             // Newest first: keep the first end seen (a duplicate end is a retried write).

@@ -97,7 +97,7 @@ pub(super) fn begin(
             .iter()
             .rev()
             .map(|l| Stored::from_line(l))
-            .filter(|s| crate::history::Event::read(s).is_some_and(|e| e.ev == "start"))
+            .filter(|s| crate::history::RunEvent::read(s).is_some_and(|e| e.ev == "start"))
             .filter_map(|s| {
                 let ago = crate::history::age(now, s.at_ms?, d)?;
                 Some((s, ago))
