@@ -78,7 +78,7 @@ impl Phase {
 
 /// The whole report (`--json` prints it as is).
 #[derive(Debug, Serialize)]
-pub(crate) struct Report {
+pub(crate) struct BenchReport {
     /// Backend name.
     pub backend: &'static str,
     /// Where (no credentials).
@@ -169,7 +169,7 @@ pub(crate) fn run(cfg: &BenchConfig) -> u8 {
     let handoff = phases.pop().expect("two phases");
     let uncontended = phases.pop().expect("two phases");
     let (verdict, verdict_text) = verdict(&uncontended, &handoff);
-    let report = Report {
+    let report = BenchReport {
         backend: name,
         location: backend.location(),
         clients: cfg.clients,

@@ -47,6 +47,7 @@ mod procs;
 mod report;
 mod session;
 mod signals;
+mod stopper;
 mod supervise;
 mod sys;
 mod trace;

@@ -9,6 +9,10 @@
 
 /// The process's entry point, called by the C library (std's own `args` still work: glibc hands
 /// them to std's initializer as well).
+// SAFETY: no other symbol of the program is named `main` (`no_main`: std defines none here, and
+// the library defines none, or every test binary linking it would have two): the C library's
+// call reaches this function, whose signature is C's `main`. The one `unsafe` outside src/sys/
+// (an attribute, not unsafe code; see docs/design.md, "Shape of the code").
 #[unsafe(no_mangle)]
 extern "C" fn main(
     _argc: std::ffi::c_int,

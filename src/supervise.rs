@@ -25,9 +25,10 @@ use std::time::Duration;
 use crate::clock::BootInstant;
 use crate::events::Event;
 use crate::exit;
-use crate::guard::{Guardian, Report, StartError};
+use crate::guard::{Guardian, GuardianReport, StartError};
 use crate::keeper::Keeper;
 use crate::signals::{self, Woken};
+use crate::stopper::{Step, Stopping, Tree};
 use crate::sys::spawn::Plan;
 
 /// Why the child was stopped.
@@ -243,9 +244,9 @@ impl Child {
         let reaped = self.reaper.reap();
         for report in self.guardian.reports() {
             let event = match report {
-                Report::Exited(status) => Event::ChildExited(status),
-                Report::Leftovers => Event::Leftovers,
-                Report::DeadlinePassed => Event::Lost(
+                GuardianReport::Exited(status) => Event::ChildExited(status),
+                GuardianReport::Leftovers => Event::Leftovers,
+                GuardianReport::DeadlinePassed => Event::Lost(
                     "the lease ran out before dlock renewed it; the guardian killed the command's processes".into(),
                 ),
             };
@@ -355,10 +356,35 @@ impl LeaseClock {
     }
 }
 
-struct Stopping {
-    why: Outcome,
-    kill_at: BootInstant,
-    killed: bool,
+/// The command's tree, to stop ([`crate::stopper`]): every descendant of dlock but the guardian
+/// (the command, its children, orphans re-parented to the guardian or, if it died, to dlock).
+struct CommandTree<'a>(&'a Child);
+
+impl Tree for CommandTree<'_> {
+    fn terminate(&mut self) {
+        self.0.signal(libc::SIGTERM);
+        terminate_descendants(self.0);
+    }
+
+    fn kill(&mut self, rounds_for: Duration) {
+        kill_descendants(self.0, rounds_for >= STRAGGLERS_AFTER);
+    }
+
+    /// Only the reaper can tell (`Event::AllReaped` ends the loop).
+    fn is_over(&mut self) -> bool {
+        false
+    }
+
+    fn why_alive(&self) -> String {
+        let guardian = self.0.guardian.pid();
+        let me = std::process::id() as libc::pid_t;
+        let left: Vec<crate::procs::Proc> = crate::procs::descendants(me)
+            .into_iter()
+            .filter(|p| p.pid != guardian)
+            .collect();
+        crate::procs::why_alive(&left)
+            .unwrap_or_else(|| "processes of the command do not die".into())
+    }
 }
 
 /// Runs the event loop until the command and every process below it are gone: forwards
@@ -372,10 +398,10 @@ pub fn supervise(
     mut lease: LeaseClock,
     kill_grace: Duration,
 ) -> Outcome {
-    let mut stopping: Option<Stopping> = None;
+    let mut stopping: Option<Stopping<Outcome>> = None;
     let mut status: Option<ExitStatus> = None;
     let mut last_renew_error: Option<String> = None;
-    let mut unkillable_said = false;
+    let mut tree = CommandTree(child);
     loop {
         let now = BootInstant::now();
         let mut wake = Duration::from_secs(1);
@@ -387,7 +413,7 @@ pub fn supervise(
                 // while stopping); stop the command now with the reason.
                 let why = format!("cannot start the keeper thread: {e}");
                 match &mut stopping {
-                    None => stopping = Some(stop(child, Outcome::Lost(why), now + kill_grace)),
+                    None => stopping = Some(lose(&mut tree, why, now + kill_grace)),
                     Some(_) => crate::report::warn(format_args!("{why}")),
                 }
             }
@@ -398,49 +424,18 @@ pub fn supervise(
                 if let Some((reason, deadline)) =
                     lease.overdue(now, &mut last_renew_error, &mut wake)
                 {
-                    stopping = Some(stop(child, Outcome::Lost(reason), deadline));
+                    stopping = Some(lose(&mut tree, reason, deadline));
                     continue;
                 }
             }
+            // The rule is the stopper's: SIGKILL at the grace's end or the lease deadline,
+            // again every round; the lock is never let go over a process that cannot be
+            // killed (it stays held, renewed; the guardian keeps the descriptors), which is
+            // said once. The loop ends when the last child is reaped (`Event::AllReaped`).
             Some(s) => {
-                // However the stop began, the job must be gone before the lease could run out:
-                // SIGKILL at the grace's end or the lease deadline, whichever is first (renewals
-                // go on during the grace and keep moving the deadline).
-                let kill_at = lease.deadline.map_or(s.kill_at, |d| d.min(s.kill_at));
-                if now >= kill_at {
-                    // Keep killing: a process forked during the last scan is caught by this one.
-                    kill_descendants(child, now >= kill_at + STRAGGLERS_AFTER);
-                    s.killed = true;
-                    wake = Duration::from_millis(50);
-                } else {
-                    wake = wake.min(kill_at.saturating_duration_since(now));
-                }
-                if status.is_some() && s.killed && now >= kill_at + Duration::from_secs(1) {
-                    // Something below the command outlives SIGKILL: another user's process (the
-                    // command ran sudo: EPERM), or one in uninterruptible sleep. The lock is
-                    // never let go over it: it stays held (renewed; the guardian keeps the
-                    // descriptors), and SIGKILL goes again every second until it is gone.
-                    if !unkillable_said {
-                        unkillable_said = true;
-                        let guardian = child.guardian.pid();
-                        let me = std::process::id() as libc::pid_t;
-                        let left: Vec<crate::procs::Proc> = crate::procs::descendants(me)
-                            .into_iter()
-                            .filter(|p| p.pid != guardian)
-                            .collect();
-                        let why = crate::procs::why_alive(&left)
-                            .unwrap_or_else(|| "processes of the command do not die".into());
-                        // After a loss there is nothing left to keep: say so, not that it is.
-                        let then = match &s.why {
-                            Outcome::Lost(_) => {
-                                "dlock goes on killing it, but the lock is lost: another \
-                                 holder may start beside it"
-                            }
-                            _ => "the lock is kept until it is gone",
-                        };
-                        crate::report::warn(format_args!("{why}: {then}"));
-                    }
-                    wake = Duration::from_secs(1);
+                if let Step::Unkillable(message) = s.step(&mut tree, now, lease.deadline, &mut wake)
+                {
+                    crate::report::warn(format_args!("{message}"));
                 }
             }
         }
@@ -470,12 +465,13 @@ pub fn supervise(
                     }
                 }
                 match &mut stopping {
+                    // Passed on to the command above: that is its first signal.
                     None => {
-                        stopping = Some(Stopping {
-                            why: Outcome::Signalled(r.signal),
-                            kill_at: BootInstant::now() + kill_grace,
-                            killed: false,
-                        });
+                        stopping = Some(Stopping::signalled(
+                            Outcome::Signalled(r.signal),
+                            BootInstant::now() + kill_grace,
+                            false,
+                        ));
                     }
                     // Stopping what the command left: a signal to dlock now decides the code.
                     Some(s) if matches!(s.why, Outcome::Exited(_)) => {
@@ -493,12 +489,12 @@ pub fn supervise(
             Event::Lost(reason) => match &mut stopping {
                 None => {
                     let kill_at = BootInstant::now() + kill_grace;
-                    stopping = Some(stop(child, Outcome::Lost(reason), kill_at));
+                    stopping = Some(lose(&mut tree, reason, kill_at));
                 }
                 // Already stopping: the lock is gone, so the grace ends sooner; if what was
                 // being stopped is the command's leftovers, they ran without the lock: lost.
                 Some(s) => {
-                    s.kill_at = s.kill_at.min(BootInstant::now() + kill_grace);
+                    s.lost(BootInstant::now() + kill_grace);
                     if matches!(s.why, Outcome::Exited(_)) {
                         s.why = Outcome::Lost(reason);
                     }
@@ -526,22 +522,22 @@ pub fn supervise(
                             if n == 1 { "it" } else { "them" },
                         ));
                     }
-                    stopping = Some(Stopping {
-                        why: Outcome::Exited(st),
-                        kill_at: BootInstant::now() + kill_grace,
-                        killed: false,
-                    });
+                    stopping = Some(Stopping::signalled(
+                        Outcome::Exited(st),
+                        BootInstant::now() + kill_grace,
+                        false,
+                    ));
                 }
             }
             Event::GuardianExited(st) => match (&stopping, status) {
                 // Killed by someone: its command died with it (PDEATHSIG); what is left came to
                 // dlock. Kill it all now, then release.
                 (None, None) => {
-                    stopping = Some(Stopping {
-                        why: child.guardian_died(st),
-                        kill_at: BootInstant::now(),
-                        killed: false,
-                    });
+                    stopping = Some(Stopping::signalled(
+                        child.guardian_died(st),
+                        BootInstant::now(),
+                        false,
+                    ));
                 }
                 // Killed after the command exited, before it said what the command left
                 // running: that came to dlock, and is stopped like any leftovers. (A guardian
@@ -549,11 +545,11 @@ pub fn supervise(
                 // and no /proc scan on the way out of every run.)
                 (None, Some(cmd)) if st.signal().is_some() => {
                     terminate_descendants(child);
-                    stopping = Some(Stopping {
-                        why: Outcome::Exited(cmd),
-                        kill_at: BootInstant::now() + kill_grace,
-                        killed: false,
-                    });
+                    stopping = Some(Stopping::signalled(
+                        Outcome::Exited(cmd),
+                        BootInstant::now() + kill_grace,
+                        false,
+                    ));
                 }
                 _ => {}
             },
@@ -569,13 +565,8 @@ pub fn supervise(
     }
 }
 
-/// Starts terminating the whole job: SIGTERM to every descendant now, SIGKILL at `kill_at`.
-fn stop(child: &Child, why: Outcome, kill_at: BootInstant) -> Stopping {
-    child.signal(libc::SIGTERM);
-    terminate_descendants(child);
-    Stopping {
-        why,
-        kill_at,
-        killed: false,
-    }
+/// Starts stopping the whole job because the lease is lost (or cannot be kept) for `why`:
+/// SIGTERM to every descendant now, SIGKILL at `kill_at`.
+fn lose(tree: &mut CommandTree<'_>, why: String, kill_at: BootInstant) -> Stopping<Outcome> {
+    Stopping::begin(tree, Outcome::Lost(why), kill_at, true)
 }

@@ -161,7 +161,7 @@ mod tests {
             proptest::prop_assert!(s.body.starts_with(&body[..body.len().min(MAX_EVENT_BYTES + 1)]));
             // A body sent whole is the body; one sent cut is never read as an event.
             if s.body.len() != body.len() {
-                proptest::prop_assert!(crate::history::Event::read(&s).is_none());
+                proptest::prop_assert!(crate::history::RunEvent::read(&s).is_none());
             }
             proptest::prop_assert_eq!(s.at_ms, at.and_then(|a| u64::try_from(a).ok()));
         }

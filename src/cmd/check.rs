@@ -60,14 +60,14 @@ impl State {
 
 /// The ages a check judges against.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Limits {
+pub(crate) struct AgeLimits {
     pub max_age: Duration,
     pub warn_age: Option<Duration>,
 }
 
 /// One key's verdict: its state, its part of the status line, and its perfdata values.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Verdict {
+pub(crate) struct KeyVerdict {
     pub state: State,
     pub text: String,
     /// How long ago the newest run started, in milliseconds.
@@ -80,7 +80,7 @@ pub(crate) struct Verdict {
 pub(crate) fn check(cfg: &CheckConfig) -> u8 {
     crate::report::set_verbosity(cfg.verbosity);
     let (target, keys) = (&cfg.target, &cfg.keys);
-    let limits = Limits {
+    let limits = AgeLimits {
         max_age: cfg.max_age,
         warn_age: cfg.warn_age,
     };
@@ -192,10 +192,10 @@ pub(crate) fn judge(
     run: Option<&Run>,
     running: bool,
     now_ms: u64,
-    limits: Limits,
-) -> Verdict {
+    limits: AgeLimits,
+) -> KeyVerdict {
     let name = quoted(key);
-    let verdict = |state, text: String| Verdict {
+    let verdict = |state, text: String| KeyVerdict {
         state,
         text,
         age_ms: None,
@@ -287,7 +287,7 @@ pub(crate) fn judge(
             humantime::format_duration(w)
         ));
     }
-    Verdict {
+    KeyVerdict {
         state,
         text,
         age_ms: Some(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)),
@@ -302,9 +302,9 @@ fn succeeded(e: &crate::history::Ending) -> bool {
 
 /// The worst state, the status text (worst keys first) and the perfdata.
 pub(crate) fn summary(
-    verdicts: &[Verdict],
+    verdicts: &[KeyVerdict],
     keys: &[Key],
-    limits: Limits,
+    limits: AgeLimits,
 ) -> (State, String, String) {
     let state = verdicts
         .iter()
@@ -405,8 +405,8 @@ mod tests {
 
     const NOW: u64 = 1_800_000_000_000;
 
-    fn limits() -> Limits {
-        Limits {
+    fn limits() -> AgeLimits {
+        AgeLimits {
             max_age: Duration::from_secs(3600),
             warn_age: Some(Duration::from_secs(600)),
         }
@@ -568,7 +568,7 @@ mod tests {
             r.host = host;
             r.started_ms = started;
             r.duration_ms = duration;
-            let v: Vec<Verdict> =
+            let v: Vec<KeyVerdict> =
                 keys.iter().map(|k| judge(k, Some(&r), false, NOW, limits())).collect();
             let (state, text, perf) = summary(&v, &keys, limits());
             let line = status_line(state, &text, &perf);

@@ -80,11 +80,6 @@ impl<const N: usize> Buf<N> {
         self.buf.get(..self.len).unwrap_or_default()
     }
 
-    /// Everything, NULs between pushed pieces included (for argument lists).
-    pub(super) fn as_ptr(&self) -> *const u8 {
-        self.buf.as_ptr()
-    }
-
     /// What it holds as a C string, `None` if it did not all fit.
     pub(super) fn c_str(&self) -> Option<&std::ffi::CStr> {
         if self.full {

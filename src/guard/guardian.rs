@@ -9,17 +9,13 @@
 //! [`crate::sys::raw`] and this module's own functions. After it detached (a process of its own)
 //! the same code runs unchanged.
 
+use std::ffi::CStr;
 use std::time::Duration;
 
 use super::buf::Buf;
 use super::family::Family;
 use super::{DETACH_AFTER, MESSAGE, Setup, decode, encode, from_guard, to_guard, tree};
 use crate::sys::raw;
-
-unsafe extern "C" {
-    /// The C library's environment: read (never written) by a guardian executing itself anew.
-    static environ: *const *const libc::c_char;
-}
 
 /// How often a guardian that is killing the tree looks again for processes that came to it
 /// (orphans are re-parented without a signal to their new parent).
@@ -35,7 +31,7 @@ const WATCH_ROUND: Duration = Duration::from_millis(100);
 /// The guardian's name (`ps`, `/proc/PID/comm`), which is also the first argument of a guardian
 /// executing itself anew. Not "dlock…": `pkill -9 dlock` would kill dlock and its guardian at
 /// once, the one case a guardian cannot cover.
-const NAME: &std::ffi::CStr = c"d-lock-guard";
+const NAME: &CStr = c"d-lock-guard";
 /// The second argument of a guardian executing itself anew; anything else is not one.
 const RESUME_MARK: &[u8] = b"--resume-guardian-v2";
 
@@ -82,10 +78,9 @@ struct Guard {
 }
 
 /// The guardian's first function, on its own stack (`clone` in [`super::Guardian::start`]).
-pub(super) extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the `Setup` that `start` keeps alive until we report below (a
-    // watchdog's is never freed).
-    let setup = unsafe { &mut *arg.cast::<Setup<'_>>() };
+/// `setup` is read only until the first report below: `start` keeps it alive until then (a
+/// watchdog's is never freed).
+pub(super) fn entry(setup: &mut Setup<'_>) -> i32 {
     // First, so that nothing the command starts can be re-parented past us (a watchdog starts
     // nothing); then out of dlock's process group before the command exists (a `kill -9` of
     // that group, as `timeout -s KILL` sends, must not reach the guardian), and every signal
@@ -499,17 +494,18 @@ impl Guard {
         if args.full() {
             return;
         }
-        let mut argv = [std::ptr::null::<libc::c_char>(); 25];
-        for (p, &start) in argv.iter_mut().zip(starts.iter().take(count)) {
-            *p = args.as_ptr().wrapping_add(start).cast();
+        let mut argv = [c""; 24];
+        for (a, &start) in argv.iter_mut().zip(starts.iter().take(count)) {
+            match args.bytes().get(start..).map(CStr::from_bytes_until_nul) {
+                Some(Ok(s)) => *a = s,
+                _ => return,
+            }
         }
-        // dlock's environment (LD_LIBRARY_PATH, say, may be what lets its binary start).
-        // SAFETY: `environ` is the C library's NULL-terminated array; dlock never changes its
-        // environment, so it is not being rewritten while we read it.
-        let envp = unsafe { environ };
-        // SAFETY: `argv` holds `count` pointers to NUL-terminated strings in `args.buf`, then
-        // NULLs; both arrays outlive the call.
-        let _ = unsafe { raw::execve(c"/proc/self/exe", argv.as_ptr(), envp) };
+        // With dlock's environment (LD_LIBRARY_PATH, say, may be what lets its binary start).
+        let _ = raw::execve_keeping_environment(
+            c"/proc/self/exe",
+            argv.get(..count).unwrap_or_default(),
+        );
     }
 
     /// The state passed through `execve`, in a fixed order ([`Guard::from_fields`]).
@@ -623,8 +619,7 @@ pub fn resume_if_asked() {
 /// rewrites the other entries (`AT_EXECFN`, `AT_ENTRY`) to the program's. A static build reads 0
 /// too, and keeps its guardians in its memory: safe, with the OOM caveat for the whole run.
 fn exe_is_this_program() -> bool {
-    // SAFETY: getauxval reads the auxiliary vector, nothing else.
-    unsafe { libc::getauxval(libc::AT_BASE) != 0 }
+    crate::sys::has_interpreter()
 }
 
 #[cfg(test)]

@@ -19,8 +19,8 @@
 //! or starved). If the guardian is killed instead, the command dies of its PDEATHSIG, the orphans
 //! come to dlock (a subreaper too), and dlock kills them before it releases.
 //!
-//! **Cost.** The guardian shares dlock's memory (`clone(CLONE_VM)`, no page-table copy: a
-//! `fork()` measured +0.45 ms per run here, this +0.05–0.1 ms), which means it runs with the
+//! **Cost.** The guardian shares dlock's memory (`clone(CLONE_VM)`, [`crate::sys::clone_vm`]: a
+//! `fork()` copies page tables: +0.45 ms per run here, this +0.05–0.1 ms), which means it runs with the
 //! C library's per-thread state of dlock's main thread. So it allocates nothing, takes no lock,
 //! never touches `errno` (its system calls are [`crate::sys::raw`]) and cannot panic (the lints
 //! of `guardian.rs`), and it is done with dlock's memory once it reported the command started.
@@ -47,7 +47,7 @@ mod guardian;
 mod tree;
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -106,7 +106,7 @@ fn decode(m: &[u8]) -> Option<(u8, u64)> {
 
 /// What the guardian reports while the command runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Report {
+pub(crate) enum GuardianReport {
     /// The command exited (or was killed) with this status.
     Exited(ExitStatus),
     /// The command exited and left processes running.
@@ -265,9 +265,8 @@ impl Guardian {
         deadline: Option<BootInstant>,
         quiet: bool,
     ) -> io::Result<(Guardian, Option<(u8, u64)>)> {
-        let stack = map_stack()?;
-        let (from_dlock, to_guard) = pipe()?;
-        let (from_guard, to_dlock) = pipe()?;
+        let (from_dlock, to_guard) = crate::sys::pipe_nonblocking()?;
+        let (from_guard, to_dlock) = crate::sys::pipe_nonblocking()?;
         let watching = plan.is_none();
         let mut setup = Setup {
             plan,
@@ -287,29 +286,15 @@ impl Guardian {
         // instruction: it is not waited for (that would put its first time slice on the
         // holder's path). Its setup is never freed instead (a few words, once per watchdog);
         // a guardian's stays on this stack, which outlives its reading (waited for below).
-        let setup: *mut Setup<'_> = if watching {
+        let setup: &mut Setup<'_> = if watching {
             Box::leak(Box::new(setup))
         } else {
             &mut setup
         };
-        // SAFETY: `guardian::entry` runs on its own stack (mapped above, never unmapped) in this
-        // process's memory. It reads `setup` only until it reports on `to_dlock`; a guardian's
-        // is this function's, which returns only after that report (or the guardian's end), a
-        // watchdog's is never freed.
-        // No CLONE_FILES: the guardian gets its own copy of the descriptor table, which is the
-        // point. No CLONE_SIGHAND or CLONE_THREAD: its own dispositions, its own pid.
-        let pid = unsafe {
-            libc::clone(
-                guardian::entry,
-                stack.cast(),
-                libc::CLONE_VM | libc::SIGCHLD,
-                setup.cast(),
-            )
-        };
-        if pid < 0 {
-            // No guardian exists: errno is ours alone.
-            return Err(io::Error::last_os_error());
-        }
+        // `guardian::entry` keeps the rules of a process in dlock's memory (no allocation, no
+        // lock, no panic, no C library: this module's lints and `sys::raw`), and reads `setup`
+        // only until it reports on `to_dlock`.
+        let pid = crate::sys::clone_vm(STACK, guardian::entry, setup)?;
         crate::trace::stage("guardian");
         // Closed without the C library: the guardian may be using `errno` now.
         raw::close(from_dlock.into_raw_fd());
@@ -379,17 +364,19 @@ impl Guardian {
     }
 
     /// Everything the guardian reported since the last call, in order. Never blocks.
-    pub(crate) fn reports(&self) -> Vec<Report> {
+    pub(crate) fn reports(&self) -> Vec<GuardianReport> {
         let mut out = Vec::new();
         let mut buf = [0u8; MESSAGE * 8];
         while let Ok(n @ 1..) = raw::read(self.from_guard.as_raw_fd(), &mut buf) {
             for m in buf.get(..n).unwrap_or_default().chunks_exact(MESSAGE) {
                 match decode(m) {
                     Some((from_guard::EXITED, status)) => {
-                        out.push(Report::Exited(ExitStatus::from_raw(status as i32)));
+                        out.push(GuardianReport::Exited(ExitStatus::from_raw(status as i32)));
                     }
-                    Some((from_guard::LEFTOVERS, _)) => out.push(Report::Leftovers),
-                    Some((from_guard::DEADLINE_PASSED, _)) => out.push(Report::DeadlinePassed),
+                    Some((from_guard::LEFTOVERS, _)) => out.push(GuardianReport::Leftovers),
+                    Some((from_guard::DEADLINE_PASSED, _)) => {
+                        out.push(GuardianReport::DeadlinePassed)
+                    }
                     _ => {}
                 }
             }
@@ -401,38 +388,4 @@ impl Guardian {
 /// A `CLOCK_BOOTTIME` instant in nanoseconds.
 fn ns(t: BootInstant) -> u64 {
     u64::try_from(t.since_boot().as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// A non-blocking, close-on-exec pipe: (read end, write end).
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: a valid out-array of two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: two fresh descriptors that nothing else owns.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// Maps the guardian's stack with a guard page below it, and returns its (16-byte aligned) top.
-/// It is never unmapped: the guardian may outlive every use dlock makes of it, and dlock itself.
-fn map_stack() -> io::Result<*mut u8> {
-    let page = 4096;
-    // SAFETY: a fresh anonymous private mapping; nothing else refers to it.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            STACK + page,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the lowest page of the mapping just made.
-    unsafe { libc::mprotect(base, page, libc::PROT_NONE) };
-    Ok(base.cast::<u8>().wrapping_add(STACK + page))
 }

@@ -217,7 +217,7 @@ mod tests {
 
     #[test]
     fn numbers_are_read_across_chunks() {
-        let (r, w) = super::super::pipe().unwrap();
+        let (r, w) = crate::sys::pipe_nonblocking().unwrap();
         use std::os::fd::AsRawFd;
         raw::write(w.as_raw_fd(), b"12 345 6\n").unwrap();
         drop(w);

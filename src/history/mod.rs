@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::model::Record;
 
-pub(crate) use self::record::{Ending, Event, Run, Stored, merge};
+pub(crate) use self::record::{Ending, Run, RunEvent, Stored, merge};
 
 /// How many runs a key's history keeps, at most.
 pub(crate) const MAX_RUNS: usize = 100;
@@ -96,7 +96,7 @@ pub(crate) fn start_body(id: &str, holder: &Record, token: Option<u64>, most: us
     // would not read as one, and `--once-per` would not see it.
     let mut chars = MAX_COMMAND_CHARS;
     loop {
-        let start = Event::start(id, holder, token, chars);
+        let start = RunEvent::start(id, holder, token, chars);
         let body = serde_json::to_vec(&start).unwrap_or_default();
         if body.len() <= most || chars == 0 {
             return body;
@@ -113,7 +113,7 @@ pub(crate) fn add_token(body: Vec<u8>, token: u64) -> Vec<u8> {
         at_ms: None,
         body: body.clone(),
     };
-    match Event::read(&s) {
+    match RunEvent::read(&s) {
         Some(e) if e.ev == "start" && e.token.is_none() && body.last() == Some(&b'}') => {
             let mut body = body;
             body.pop();
@@ -146,10 +146,20 @@ pub(crate) fn new_run_id(holder: &Record) -> String {
 /// (`None`) when it is farther — a clock that went back would otherwise skip every run until
 /// it caught up.
 pub(crate) fn age(now_ms: u64, at_ms: u64, within: Duration) -> Option<Duration> {
-    match now_ms.checked_sub(at_ms) {
-        Some(ago) => Some(Duration::from_millis(ago)),
-        None if Duration::from_millis(at_ms - now_ms) <= within => Some(Duration::ZERO),
-        None => None,
+    age_of(i128::from(now_ms) - i128::from(at_ms), within)
+}
+
+/// [`age`] of a start `ago_ms` milliseconds ago as a backend's server computed it (negative:
+/// in the future), the same rule.
+pub(crate) fn age_of(ago_ms: impl Into<i128>, within: Duration) -> Option<Duration> {
+    let ago_ms: i128 = ago_ms.into();
+    let ms = |v: i128| Duration::from_millis(u64::try_from(v.unsigned_abs()).unwrap_or(u64::MAX));
+    if ago_ms >= 0 {
+        Some(ms(ago_ms))
+    } else if ms(ago_ms) <= within {
+        Some(Duration::ZERO)
+    } else {
+        None
     }
 }
 
@@ -165,6 +175,20 @@ pub(crate) fn now_ms() -> u64 {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_start_in_the_future_counts_as_now_within_the_window_only() {
+        let d = Duration::from_secs(10);
+        assert_eq!(age(5_000, 1_000, d), Some(Duration::from_secs(4)));
+        assert_eq!(age(1_000, 5_000, d), Some(Duration::ZERO));
+        assert_eq!(age(1_000, 20_000, d), None);
+        assert_eq!(age(0, u64::MAX, d), None);
+        assert_eq!(age(u64::MAX, 0, d), Some(Duration::from_millis(u64::MAX)));
+        assert_eq!(age_of(-10_000i64, d), Some(Duration::ZERO));
+        assert_eq!(age_of(-10_001i64, d), None);
+        assert_eq!(age_of(i64::MIN, d), None);
+        assert_eq!(age_of(7i64, d), Some(Duration::from_millis(7)));
+    }
+
     fn holder(command: &str) -> Record {
         Record {
             host: Some("h".into()),
@@ -178,7 +202,7 @@ mod tests {
     fn an_opening_takes_its_token_where_it_is_recorded() {
         let o = Opening::new(&holder("make all"));
         let read = |b: &[u8]| {
-            Event::read(&Stored {
+            RunEvent::read(&Stored {
                 at_ms: None,
                 body: b.to_vec(),
             })
@@ -193,7 +217,7 @@ mod tests {
         assert_eq!(added.token, Some(42));
         let kept = o.with_token(Some(5));
         assert_eq!(add_token(kept.clone(), 42), kept);
-        let end = serde_json::to_vec(&Event::end("r", Ending::default())).unwrap();
+        let end = serde_json::to_vec(&RunEvent::end("r", Ending::default())).unwrap();
         assert_eq!(add_token(end.clone(), 42), end);
         assert_eq!(add_token(b"junk".to_vec(), 42), b"junk");
     }

@@ -19,9 +19,35 @@ pub struct Stored {
     pub body: Vec<u8>,
 }
 
+impl Stored {
+    /// An event stored as one line `MS BODY` (the file backend's history file, Redis's list):
+    /// split at the first space; a time that is not a number (a torn or forged line) is
+    /// `None`, and a line without a space is all body. Any bytes read without panic.
+    pub(crate) fn from_line(line: &[u8]) -> Stored {
+        let (at, body) = match line.iter().position(|&b| b == b' ') {
+            Some(i) => (
+                line.get(..i).unwrap_or_default(),
+                line.get(i + 1..).unwrap_or_default(),
+            ),
+            None => (&line[..0], line),
+        };
+        Stored {
+            at_ms: std::str::from_utf8(at).ok().and_then(|t| t.parse().ok()),
+            body: body.to_vec(),
+        }
+    }
+
+    /// The line [`Stored::from_line`] reads back: `MS BODY` (no newline).
+    pub(crate) fn line(at_ms: u64, body: &[u8]) -> Vec<u8> {
+        let mut l = format!("{at_ms} ").into_bytes();
+        l.extend_from_slice(body);
+        l
+    }
+}
+
 /// A start or an end event, as dlock writes it (every field optional when read back).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Event {
+pub(crate) struct RunEvent {
     /// The run's id (16 hex digits), shared by its start and end.
     #[serde(default)]
     pub run: String,
@@ -79,15 +105,15 @@ fn user() -> Option<String> {
         .or_else(crate::sys::user_name)
 }
 
-impl Event {
+impl RunEvent {
     /// The start of run `id` by `holder`.
     pub(crate) fn start(
         id: &str,
         holder: &Record,
         token: Option<u64>,
         max_command: usize,
-    ) -> Event {
-        Event {
+    ) -> RunEvent {
+        RunEvent {
             run: id.to_string(),
             ev: "start".into(),
             host: holder.host.clone(),
@@ -106,22 +132,22 @@ impl Event {
     }
 
     /// The end of run `id`.
-    pub(crate) fn end(id: &str, ending: Ending) -> Event {
-        Event {
+    pub(crate) fn end(id: &str, ending: Ending) -> RunEvent {
+        RunEvent {
             run: id.to_string(),
             ev: "end".into(),
             host_ms: Some(super::now_ms()),
             ending: Some(ending),
-            ..Event::default()
+            ..RunEvent::default()
         }
     }
 
     /// The event in `s`, if it is one dlock could have written.
-    pub(crate) fn read(s: &Stored) -> Option<Event> {
+    pub(crate) fn read(s: &Stored) -> Option<RunEvent> {
         if s.body.len() > MAX_EVENT_BYTES {
             return None;
         }
-        let e: Event = serde_json::from_slice(&s.body).ok()?;
+        let e: RunEvent = serde_json::from_slice(&s.body).ok()?;
         let id_ok = !e.run.is_empty() && e.run.len() <= 64;
         (id_ok && (e.ev == "start" || e.ev == "end")).then_some(e)
     }
@@ -192,9 +218,9 @@ fn cut_ending(e: Ending) -> Ending {
 /// [`MAX_EVENTS`] events.
 pub(crate) fn merge(stored: &[Stored], n: usize) -> Vec<Run> {
     let stored = &stored[..stored.len().min(MAX_EVENTS)];
-    let events: Vec<(Option<Event>, &Stored)> =
-        stored.iter().map(|s| (Event::read(s), s)).collect();
-    let mut ends: HashMap<&str, (&Event, Option<u64>)> = HashMap::new();
+    let events: Vec<(Option<RunEvent>, &Stored)> =
+        stored.iter().map(|s| (RunEvent::read(s), s)).collect();
+    let mut ends: HashMap<&str, (&RunEvent, Option<u64>)> = HashMap::new();
     for (e, s) in &events {
         if let Some(e) = e.as_ref().filter(|e| e.ev == "end") {
             // Newest first: keep the first end seen (a duplicate end is a retried write).
@@ -267,6 +293,31 @@ fn unreadable(s: &Stored) -> Run {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn any_line_reads_without_panic(line in proptest::collection::vec(proptest::num::u8::ANY, 0..96)) {
+            let s = Stored::from_line(&line);
+            proptest::prop_assert!(s.body.len() <= line.len());
+        }
+
+        #[test]
+        fn a_written_line_reads_back(at in proptest::num::u64::ANY, body in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            let s = Stored::from_line(&Stored::line(at, &body));
+            proptest::prop_assert_eq!(s.at_ms, Some(at));
+            proptest::prop_assert_eq!(s.body, body);
+        }
+    }
+
+    #[test]
+    fn lines_split_at_the_first_space() {
+        let s = Stored::from_line(b"1700000000000 {\"run\":\"a b\"}");
+        assert_eq!(s.at_ms, Some(1_700_000_000_000));
+        assert_eq!(s.body, b"{\"run\":\"a b\"}");
+        let s = Stored::from_line(b"nonsense");
+        assert_eq!((s.at_ms, s.body.as_slice()), (None, &b"nonsense"[..]));
+        assert_eq!(Stored::from_line(b"-5 x").at_ms, None);
+    }
 
     fn stored(at: u64, body: &str) -> Stored {
         Stored {

@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use super::record::{Ending, Event, Run, Stored};
+use super::record::{Ending, Run, RunEvent, Stored};
 use crate::model::{Holder, Key};
 use crate::report::{MAX_FIELD, clean, short_duration, since_text};
 
 /// "skipped: 'report' started 1.8s ago on web-2 pid 4242 (once per 50m)".
 pub(crate) fn skip_line(key: &Key, last: &Stored, ago: Duration, once_per: Duration) -> String {
-    let by = Event::read(last)
+    let by = RunEvent::read(last)
         .map(|e| {
             let host = e.host.as_deref().map(|h| clean(h, MAX_FIELD));
             match (host, e.pid) {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use super::format::Granted;
 use super::handle::{self, Reply};
-use super::owner::{Owner, Stopping};
+use super::owner::{Owner, OwnerTree};
 use super::watchdog::{Check, Watchdog};
 use super::watcher::{OwnerWatch, Watched, watch};
 use crate::clock::BootInstant;
@@ -29,6 +29,7 @@ use crate::keeper::Keeper;
 use crate::model::{Mode, OwnerRecord, Record};
 use crate::report;
 use crate::signals::{self, Woken};
+use crate::stopper::{Step, Stopping, Tree};
 use crate::supervise::LeaseClock;
 use crate::sys;
 
@@ -306,20 +307,16 @@ struct Clock {
     give_up_at: Option<BootInstant>,
 }
 
-/// Stopping the owner (and what it started) before the lock goes.
+/// Stopping the owner (and what it started) before the lock goes ([`crate::stopper`]: when to
+/// send what, and the lock kept over a process that cannot be killed).
 struct Stop {
     /// What `release` will report.
     reply: Reply,
-    /// Whether the lease is gone (abandon it) or still ours (give it back after the owner).
-    lost: bool,
+    /// The grace, SIGKILL, "cannot be killed"; lost: the lease is gone (abandon it), else it
+    /// is still ours (give it back after the owner).
+    stopping: Stopping<()>,
     /// What is being stopped; `None` for no owner.
-    stopping: Option<Stopping>,
-    /// SIGKILL then, at the latest.
-    kill_at: BootInstant,
-    killed: bool,
-    /// Processes outlived SIGKILL (another user's, after `sudo`; or in uninterruptible
-    /// sleep): the holder stays, with the lock, until they are gone.
-    unkillable: bool,
+    tree: Option<OwnerTree>,
     /// How the run ended, for the history.
     ending: history::Ending,
 }
@@ -372,46 +369,21 @@ impl Holding<'_> {
                         wake = wake.min(at.saturating_duration_since(now));
                     }
                 }
+                // The stopper's rule: SIGKILL at the grace's end or the lease's deadline, again
+                // every round; never let the lock go over what is left (the holder's descriptors
+                // and sessions hold it, and a lease is renewed while it is ours), said once.
                 Some(s) => {
-                    // A lost lease's deadline may come before the grace's end.
-                    let kill_at = match clock.lease.deadline {
-                        Some(d) if s.lost => d.min(s.kill_at),
-                        _ => s.kill_at,
+                    let step = match &mut s.tree {
+                        Some(tree) => s.stopping.step(tree, now, clock.lease.deadline, &mut wake),
+                        None => Step::Over,
                     };
-                    if now >= kill_at {
-                        // Keep killing: what was forked since the last pass is caught now.
-                        if let Some(st) = &mut s.stopping {
-                            st.kill();
-                        }
-                        s.killed = true;
-                        wake = Duration::from_millis(50);
-                    } else {
-                        wake = wake.min(kill_at.saturating_duration_since(now));
-                    }
-                    if s.stopping.as_mut().is_none_or(Stopping::is_over) {
-                        return self.finish(keeper);
-                    }
-                    // Still there a second after SIGKILL: never let the lock go over them (the
-                    // holder's descriptors and sessions hold it, and a lease is renewed while
-                    // it is ours); keep killing, once a second, until they are gone.
-                    if s.killed && now >= kill_at + Duration::from_secs(1) {
-                        if !s.unkillable {
-                            s.unkillable = true;
-                            let why = s
-                                .stopping
-                                .as_ref()
-                                .map(Stopping::why_alive)
-                                .unwrap_or_default();
-                            let then = if s.lost {
-                                "it goes on being killed, but the lock is lost: another \
-                                 holder may start beside it"
-                            } else {
-                                "the lock is kept until they are gone"
-                            };
-                            s.reply.message.push_str(&format!("; {why}: {then}"));
+                    match step {
+                        Step::Over => return self.finish(keeper),
+                        Step::Unkillable(message) => {
+                            s.reply.message.push_str(&format!("; {message}"));
                             report::error(format_args!("{}", s.reply.message));
                         }
-                        wake = Duration::from_secs(1);
+                        Step::Running => {}
                     }
                 }
             }
@@ -434,10 +406,7 @@ impl Holding<'_> {
                 Event::RenewFailed(e) => last_renew_error = Some(e),
                 Event::Lost(reason) => match &mut self.stop {
                     None => self.begin_stop(reason, true, BootInstant::now() + self.kill_grace),
-                    Some(s) => {
-                        s.lost = true;
-                        s.kill_at = s.kill_at.min(BootInstant::now() + self.kill_grace);
-                    }
+                    Some(s) => s.stopping.lost(BootInstant::now() + self.kill_grace),
                 },
                 Event::Signal(r) => {
                     if self.stop.is_some() {
@@ -562,10 +531,7 @@ impl Holding<'_> {
         let now = BootInstant::now();
         match &mut self.stop {
             None => self.begin_stop(why, true, now),
-            Some(s) => {
-                s.lost = true;
-                s.kill_at = s.kill_at.min(now);
-            }
+            Some(s) => s.stopping.lost(now),
         }
     }
 
@@ -595,9 +561,13 @@ impl Holding<'_> {
             self.keys_text,
             now_text()
         );
-        let stopping = self.owner.as_ref().map(Stopping::begin);
-        if let (Some(o), Some(st)) = (&self.owner, &stopping)
-            && st.found_any()
+        let mut tree = self.owner.as_ref().map(OwnerTree::of);
+        let stopping = match &mut tree {
+            Some(t) => Stopping::begin(t, (), kill_at, lost),
+            None => Stopping::signalled((), kill_at, lost),
+        };
+        if let (Some(o), Some(t)) = (&self.owner, &tree)
+            && t.found_any()
         {
             message.push_str(&format!(
                 "; its owner (pid {}) and what it started were sent SIGTERM",
@@ -616,11 +586,8 @@ impl Holding<'_> {
                 code: exit::LOST,
                 message,
             },
-            lost,
             stopping,
-            kill_at,
-            killed: false,
-            unkillable: false,
+            tree,
             ending,
         });
     }
@@ -633,8 +600,13 @@ impl Holding<'_> {
             "{}: '{}' was given back at {when} when its owner (pid {pid}) exited",
             self.name, self.keys_text
         );
-        let mut stopping = self.owner.as_ref().map(Stopping::begin);
-        if stopping.as_mut().is_some_and(|s| !s.is_over()) {
+        let mut tree = self.owner.as_ref().map(OwnerTree::of);
+        let kill_at = BootInstant::now() + self.kill_grace;
+        let stopping = match &mut tree {
+            Some(t) => Stopping::begin(t, (), kill_at, false),
+            None => Stopping::signalled((), kill_at, false),
+        };
+        if tree.as_mut().is_some_and(|t| !t.is_over()) {
             message
                 .push_str("; the processes left in its process group were stopped first (SIGTERM)");
         }
@@ -644,11 +616,8 @@ impl Holding<'_> {
                 code: exit::LOST,
                 message,
             },
-            lost: false,
             stopping,
-            kill_at: BootInstant::now() + self.kill_grace,
-            killed: false,
-            unkillable: false,
+            tree,
             ending: history::Ending {
                 code: Some(exit::LOST.into()),
                 note: Some(format!("given back when its owner (pid {pid}) exited")),
@@ -657,14 +626,14 @@ impl Holding<'_> {
         });
     }
 
-    /// The owner is gone (or cannot be killed): give the lock back (or abandon a lost lease),
+    /// The owner and what it started are gone: give the lock back (or abandon a lost lease),
     /// leave the end file for `release`, and exit.
     fn finish(&mut self, keeper: Keeper) -> u8 {
         let Some(stop) = self.stop.take() else {
             return 0;
         };
         self.dismiss_watchdog();
-        if stop.lost {
+        if stop.stopping.is_lost() {
             // Given back meanwhile: a broken lock passes on only once its holder lets go.
             let started = std::time::Instant::now();
             let released = keeper.release_in_background();

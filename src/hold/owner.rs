@@ -34,6 +34,7 @@
 
 use crate::exit::Usage;
 use crate::procs::{self, Proc};
+use crate::stopper::Tree;
 use crate::sys::{self, PidFd};
 
 /// How often a holder without pidfds (Linux < 5.3) looks whether its owner has exited: no
@@ -182,8 +183,9 @@ fn group_number_reused(leader: &Proc) -> bool {
     Proc::of(leader.pid).is_some_and(|p| p.start != leader.start)
 }
 
-/// The processes being stopped.
-pub(super) struct Stopping {
+/// The owner's tree, to stop ([`crate::stopper`]): its process group (while it may be the
+/// owner's, see "Process groups" above) and the owner and its descendants, each pinned.
+pub(super) struct OwnerTree {
     /// The owner's group (it led it), until it is empty.
     group: Option<libc::pid_t>,
     /// The owner as pinned: a process with its pid and another start time means the group's
@@ -193,11 +195,11 @@ pub(super) struct Stopping {
     procs: Vec<Proc>,
 }
 
-impl Stopping {
-    /// SIGTERM (and SIGCONT, for a stopped process) to the owner's group and to the owner and
-    /// its descendants; an owner that has exited leaves only its group, if it led one and any
+impl OwnerTree {
+    /// The owner's group and the owner and its descendants, as they are now (nothing is
+    /// signalled yet); an owner that has exited leaves only its group, if it led one and any
     /// process of it is left.
-    pub(super) fn begin(owner: &Owner) -> Stopping {
+    pub(super) fn of(owner: &Owner) -> OwnerTree {
         let me = std::process::id() as libc::pid_t;
         // Rule 1 of "Process groups" above; rule 2 is `is_over`, before every signal.
         let running = !owner.has_exited();
@@ -205,63 +207,22 @@ impl Stopping {
             || (owner.led_group
                 && procs::group_is_running(owner.pid)
                 && !group_number_reused(&owner.proc));
-        let mut s = Stopping {
+        let mut t = OwnerTree {
             // Never the holder's own group (it has a session of its own, but be sure).
             group: (leads && owner.pid != sys::own_process_group()).then_some(owner.pid),
             leader: owner.proc,
             procs: Vec::new(),
         };
         if !owner.has_exited() {
-            s.procs.push(owner.proc);
-            s.procs.extend(procs::descendants(owner.pid));
+            t.procs.push(owner.proc);
+            t.procs.extend(procs::descendants(owner.pid));
             // Still the one scanned: else the scan may have been of a reused pid.
             if !owner.proc.is_running() {
-                s.procs.truncate(1);
+                t.procs.truncate(1);
             }
         }
-        s.procs.retain(|p| p.pid != me);
-        s.signal(&[libc::SIGTERM, libc::SIGCONT]);
-        s
-    }
-
-    /// Whether anything is left to stop.
-    pub(super) fn is_over(&mut self) -> bool {
-        if let Some(g) = self.group
-            && (!procs::group_is_running(g) || group_number_reused(&self.leader))
-        {
-            self.group = None;
-        }
-        self.group.is_none() && !self.procs.iter().any(Proc::is_running)
-    }
-
-    /// SIGKILL to everything left, after a rescan below each process still running.
-    pub(super) fn kill(&mut self) {
-        let me = std::process::id() as libc::pid_t;
-        let mut found = Vec::new();
-        for p in self.procs.iter().filter(|p| p.is_running()) {
-            let below = procs::descendants(p.pid);
-            if p.is_running() {
-                found.extend(below);
-            }
-        }
-        self.procs.extend(found);
-        self.procs.retain(|p| p.pid != me);
-        self.procs.sort_by_key(|p| (p.pid, p.start));
-        self.procs.dedup();
-        self.is_over();
-        self.signal(&[libc::SIGKILL]);
-    }
-
-    /// Why what is left outlives SIGKILL, for messages ([`procs::why_alive`]).
-    pub(super) fn why_alive(&self) -> String {
-        let alive: Vec<Proc> = self
-            .procs
-            .iter()
-            .copied()
-            .filter(Proc::is_running)
-            .collect();
-        procs::why_alive(&alive)
-            .unwrap_or_else(|| "processes of the owner's process group do not die".into())
+        t.procs.retain(|p| p.pid != me);
+        t
     }
 
     /// Whether the stop found anything to signal.
@@ -281,5 +242,52 @@ impl Stopping {
                 p.signal(sigs);
             }
         }
+    }
+}
+
+impl Tree for OwnerTree {
+    /// SIGTERM (and SIGCONT, for a stopped process) to the owner's group and to the owner and
+    /// its descendants.
+    fn terminate(&mut self) {
+        self.signal(&[libc::SIGTERM, libc::SIGCONT]);
+    }
+
+    /// SIGKILL to everything left, after a rescan below each process still running.
+    fn kill(&mut self, _rounds_for: std::time::Duration) {
+        let me = std::process::id() as libc::pid_t;
+        let mut found = Vec::new();
+        for p in self.procs.iter().filter(|p| p.is_running()) {
+            let below = procs::descendants(p.pid);
+            if p.is_running() {
+                found.extend(below);
+            }
+        }
+        self.procs.extend(found);
+        self.procs.retain(|p| p.pid != me);
+        self.procs.sort_by_key(|p| (p.pid, p.start));
+        self.procs.dedup();
+        self.is_over();
+        self.signal(&[libc::SIGKILL]);
+    }
+
+    /// Whether anything is left to stop (a group seen empty is forgotten for good).
+    fn is_over(&mut self) -> bool {
+        if let Some(g) = self.group
+            && (!procs::group_is_running(g) || group_number_reused(&self.leader))
+        {
+            self.group = None;
+        }
+        self.group.is_none() && !self.procs.iter().any(Proc::is_running)
+    }
+
+    fn why_alive(&self) -> String {
+        let alive: Vec<Proc> = self
+            .procs
+            .iter()
+            .copied()
+            .filter(Proc::is_running)
+            .collect();
+        procs::why_alive(&alive)
+            .unwrap_or_else(|| "processes of the owner's process group do not die".into())
     }
 }

@@ -33,7 +33,7 @@ use std::os::fd::AsRawFd;
 
 use super::owner::Owner;
 use crate::clock::BootInstant;
-use crate::guard::{Guardian, Report, Watch};
+use crate::guard::{Guardian, GuardianReport, Watch};
 
 /// What [`Watchdog::check`] found.
 pub(super) enum Check {
@@ -97,7 +97,7 @@ impl Watchdog {
             return Check::Fine;
         }
         let old = g.pid();
-        let passed = g.reports().contains(&Report::DeadlinePassed);
+        let passed = g.reports().contains(&GuardianReport::DeadlinePassed);
         self.guardian = None;
         if passed {
             return Check::DeadlinePassed;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::backend::{Backend, Lease};
 use crate::history::{
-    Begun, Ending, Event, MAX_EVENT_BYTES, Opening, new_run_id, show, start_body,
+    Begun, Ending, MAX_EVENT_BYTES, Opening, RunEvent, new_run_id, show, start_body,
 };
 use crate::model::{Key, Record};
 use crate::report;
@@ -89,7 +89,7 @@ impl RunLog {
     /// The end event for `ending`, to hand to [`Lease::release_with_end`] or
     /// [`RunLog::write_end`].
     pub(crate) fn end(&self, ending: Ending) -> Vec<u8> {
-        serde_json::to_vec(&Event::end(&self.id, ending)).unwrap_or_default()
+        serde_json::to_vec(&RunEvent::end(&self.id, ending)).unwrap_or_default()
     }
 
     /// Writes `end` for every key through `backend` (when the release could not), warning on

@@ -14,6 +14,7 @@ mod process;
 pub(crate) mod raw;
 mod signal;
 pub(crate) mod spawn;
+mod vm;
 
 pub(crate) use detach::{
     Forked, close_inherited, fork, own_process_group, parent_pid, peer_credentials,
@@ -29,6 +30,7 @@ pub(crate) use signal::{
     install_interrupting_handler, interrupting_signal, is_ignored, reset_to_default,
     set_deadline_message, signal_fd, take_signal, unblock_signals,
 };
+pub(crate) use vm::{clone_vm, has_interpreter, pipe_nonblocking};
 
 use std::time::Duration;
 

@@ -342,23 +342,35 @@ pub(crate) fn boottime_ns() -> u64 {
         .saturating_add(ts.tv_nsec as u64)
 }
 
-/// `execve(path, argv, envp)`: returns only on failure.
-///
-/// # Safety
-/// `argv` and `envp` are NULL-terminated arrays of pointers to NUL-terminated strings, all
-/// alive for the call.
-pub(crate) unsafe fn execve(
-    path: &CStr,
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-) -> Errno {
-    // SAFETY: forwarded from the caller.
+unsafe extern "C" {
+    /// The C library's environment: read (never written) by [`execve_keeping_environment`].
+    static environ: *const *const libc::c_char;
+}
+
+/// The most arguments [`execve_keeping_environment`] passes.
+pub(crate) const MAX_EXEC_ARGS: usize = 31;
+
+/// `execve(path, args, environ)`: executes `path` with the arguments `args` (at most
+/// [`MAX_EXEC_ARGS`], else `E2BIG`) and this process's environment. Returns only on failure.
+pub(crate) fn execve_keeping_environment(path: &CStr, args: &[&CStr]) -> Errno {
+    let mut argv = [std::ptr::null::<libc::c_char>(); MAX_EXEC_ARGS + 1];
+    if args.len() > MAX_EXEC_ARGS {
+        return libc::E2BIG;
+    }
+    for (p, a) in argv.iter_mut().zip(args) {
+        *p = a.as_ptr();
+    }
+    // SAFETY: `environ` is the C library's NULL-terminated array; dlock never changes its
+    // environment (no `setenv`), so it is not being rewritten while it is read.
+    let envp = unsafe { environ };
+    // SAFETY: `argv` holds pointers to NUL-terminated strings borrowed for the call, then at
+    // least one NULL; `envp` is as above; both outlive the call (which returns only on failure).
     match unsafe {
         call(
             libc::SYS_execve,
             [
                 path.as_ptr() as usize,
-                argv as usize,
+                argv.as_ptr() as usize,
                 envp as usize,
                 0,
                 0,

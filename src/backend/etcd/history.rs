@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use super::http::{Client, Error, b64, prefix_end};
 use super::names::{HISTORY, escape};
 use super::reply::{self, decode};
-use crate::history::{Begun, Event, MAX_EVENT_BYTES, MAX_EVENTS, Stored, now_ms};
+use crate::history::{Begun, MAX_EVENT_BYTES, MAX_EVENTS, RunEvent, Stored, now_ms};
 use crate::model::Key;
 
 /// Events past [`MAX_EVENTS`] before a start prunes: every few runs, not on every one.
@@ -224,7 +224,7 @@ impl Place {
             let mut body = kv.value;
             body.truncate(MAX_BODY);
             let s = Stored { at_ms: None, body };
-            if let Some(e) = Event::read(&s).filter(|e| e.ev == "start") {
+            if let Some(e) = RunEvent::read(&s).filter(|e| e.ev == "start") {
                 // A start more than DUR ahead of this host's clock (its host's clock was far
                 // ahead) does not count here: the marker decides.
                 let ago = e
@@ -411,7 +411,7 @@ pub(super) fn judge(marker: &reply::Kv, d: Duration, left: Option<(i64, i64)>) -
         at_ms: None,
         body: marker.value.clone(),
     };
-    let host_ago = Event::read(&stored)
+    let host_ago = RunEvent::read(&stored)
         .and_then(|e| e.host_ms)
         .map(|ms| Duration::from_millis(now_ms().saturating_sub(ms)));
     let lease_ago = left.map(|(left, granted)| {

@@ -69,21 +69,9 @@ fn read_lines(file: &mut File) -> anyhow::Result<Vec<Vec<u8>>> {
     Ok(lines)
 }
 
-/// A line as a stored event: `MS BODY`.
-fn stored(line: &[u8]) -> Stored {
-    let (at, body) = match line.iter().position(|&b| b == b' ') {
-        Some(i) => (&line[..i], &line[i + 1..]),
-        None => (&line[..0], line),
-    };
-    Stored {
-        at_ms: std::str::from_utf8(at).ok().and_then(|t| t.parse().ok()),
-        body: body.to_vec(),
-    }
-}
-
+/// A line of the file: the event as `MS BODY` ([`Stored::line`]), and a newline.
 fn line(at_ms: u64, body: &[u8]) -> Vec<u8> {
-    let mut l = format!("{at_ms} ").into_bytes();
-    l.extend_from_slice(body);
+    let mut l = Stored::line(at_ms, body);
     l.push(b'\n');
     l
 }
@@ -102,31 +90,21 @@ pub(super) fn begin(
     let lines = read_lines(&mut file)?;
     let now = now_ms();
     if let Some(d) = once_per {
-        let within = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         // The newest start with a time that counts: one without a time (a forged or torn line)
-        // does not, nor one dated more than DUR ahead (a clock that went back: it would skip
-        // every run until the clock caught up); one less far ahead counts as just now.
+        // does not, nor one dated more than DUR ahead ([`crate::history::age`]).
         // By time, not by place in the file (a prune cut short leaves older events last).
         let last = lines
             .iter()
             .rev()
-            .map(|l| stored(l))
-            .filter(|s| crate::history::Event::read(s).is_some_and(|e| e.ev == "start"))
+            .map(|l| Stored::from_line(l))
+            .filter(|s| crate::history::RunEvent::read(s).is_some_and(|e| e.ev == "start"))
             .filter_map(|s| {
-                let at = s.at_ms?;
-                let ago = match now.checked_sub(at) {
-                    Some(ago) => ago,
-                    None if at - now <= within => 0,
-                    None => return None,
-                };
+                let ago = crate::history::age(now, s.at_ms?, d)?;
                 Some((s, ago))
             })
             .min_by_key(|(_, ago)| *ago);
-        if let Some((last, ago)) = last.filter(|(_, ago)| *ago < within) {
-            return Ok(Begun::Skip {
-                last,
-                ago: Duration::from_millis(ago),
-            });
+        if let Some((last, ago)) = last.filter(|(_, ago)| *ago < d) {
+            return Ok(Begun::Skip { last, ago });
         }
     }
     let new = line(now, body);
@@ -178,7 +156,7 @@ pub(super) fn read(lock: &Path) -> anyhow::Result<Vec<Stored>> {
         return Ok(Vec::new());
     };
     let lines = read_lines(&mut file)?;
-    let mut events: Vec<Stored> = lines.iter().rev().map(|l| stored(l)).collect();
+    let mut events: Vec<Stored> = lines.iter().rev().map(|l| Stored::from_line(l)).collect();
     // Newest first by time (stable: the file's order among equal times), so that events a
     // prune cut short left after newer ones still read in order.
     events.sort_by_key(|e| std::cmp::Reverse(e.at_ms));

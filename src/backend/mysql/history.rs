@@ -275,13 +275,11 @@ impl MysqlLease {
         if let Some(d) = once_per {
             let last = last_start(con, &key).map_err(|e| failed(&addr, "read the history", &e))?;
             if let Some((last, ago)) = last {
-                // By the server's clock. A start more than DUR in the future (the clock went
-                // back) or without a time does not count; one less far ahead counts as now.
-                let ago = match ago {
-                    Some(a) if a >= 0 => Duration::from_millis(a.unsigned_abs()),
-                    Some(a) if Duration::from_millis(a.unsigned_abs()) <= d => Duration::ZERO,
-                    _ => Duration::MAX,
-                };
+                // By the server's clock. A start without a time does not count, nor one more
+                // than DUR in the future ([`crate::history::age_of`]).
+                let ago = ago
+                    .and_then(|a| crate::history::age_of(a, d))
+                    .unwrap_or(Duration::MAX);
                 if ago < d {
                     return Ok(Begun::Skip { last, ago });
                 }

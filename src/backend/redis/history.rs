@@ -39,18 +39,6 @@ fn keep_ms(once_per: Option<Duration>) -> u64 {
     u64::try_from(keep.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// An event as stored: `MS BODY`.
-fn stored(entry: &[u8]) -> Stored {
-    let (at, body) = match entry.iter().position(|&b| b == b' ') {
-        Some(i) => (&entry[..i], &entry[i + 1..]),
-        None => (&entry[..0], entry),
-    };
-    Stored {
-        at_ms: std::str::from_utf8(at).ok().and_then(|t| t.parse().ok()),
-        body: body.to_vec(),
-    }
-}
-
 /// `run_start.lua`: the start, or the newest start when `once_per` says skip.
 pub(in crate::backend) fn begin(
     con: &mut Connection,
@@ -93,7 +81,7 @@ pub(in crate::backend) fn begin_entry(
             last.truncate(READ_CAP);
             Ok((
                 Begun::Skip {
-                    last: stored(&last),
+                    last: Stored::from_line(&last),
                     ago: Duration::from_millis(ago),
                 },
                 None,
@@ -125,7 +113,7 @@ pub(in crate::backend) fn last_start(
     last.truncate(READ_CAP);
     let ago: i64 = redis::from_redis_value(ago.clone())?;
     let ago = Duration::from_millis(u64::try_from(ago).unwrap_or(0));
-    Ok(Some((stored(&last), ago)))
+    Ok(Some((Stored::from_line(&last), ago)))
 }
 
 /// `run_undo.lua`: takes back the start `entry` that [`begin_entry`] added.
@@ -199,27 +187,6 @@ pub(in crate::backend) fn read(
     Ok(entries
         .iter()
         .take(MAX_EVENTS)
-        .map(|e| stored(&e[..e.len().min(READ_CAP)]))
+        .map(|e| Stored::from_line(&e[..e.len().min(READ_CAP)]))
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    proptest::proptest! {
-        #[test]
-        fn any_entry_reads_without_panic(entry in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
-            let s = stored(&entry);
-            proptest::prop_assert!(s.body.len() <= entry.len());
-        }
-    }
-
-    #[test]
-    fn entries_split_at_the_first_space() {
-        let s = stored(b"1700000000000 {\"run\":\"a b\"}");
-        assert_eq!(s.at_ms, Some(1_700_000_000_000));
-        assert_eq!(s.body, b"{\"run\":\"a b\"}");
-        assert_eq!(stored(b"nonsense").at_ms, None);
-    }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use zookeeper_client::{Acl, Acls, AuthId, Client, CreateMode, Permission, Stat};
 
 use super::{ROOT, ZkError, op};
-use crate::history::{Begun, Event, MAX_EVENT_BYTES, MAX_EVENTS, Stored};
+use crate::history::{Begun, MAX_EVENT_BYTES, MAX_EVENTS, RunEvent, Stored};
 use crate::model::Key;
 
 /// Events past [`MAX_EVENTS`] before a start prunes: every few runs, not on every one.
@@ -192,7 +192,7 @@ impl Place {
                 match op(read).await {
                     Ok((data, stat)) => {
                         let s = stored(data, &stat);
-                        if Event::read(&s).is_some_and(|e| e.ev == "start") {
+                        if RunEvent::read(&s).is_some_and(|e| e.ev == "start") {
                             return Ok(Some(s));
                         }
                     }
