@@ -106,7 +106,7 @@ pub(crate) fn check(cfg: &CheckConfig) -> u8 {
                 if left > 0 {
                     text.push_str(&format!(" ({left} more key(s) not asked)"));
                 }
-                verdicts.push(Verdict {
+                verdicts.push(KeyVerdict {
                     state: State::Unknown,
                     text,
                     age_ms: None,
@@ -529,7 +529,7 @@ mod tests {
             key("x_1 #7"),
             key("x=1 #7"),
         ];
-        let v: Vec<Verdict> = keys
+        let v: Vec<KeyVerdict> = keys
             .iter()
             .map(|k| judge(k, Some(&run(60, exit(0))), false, NOW, limits()))
             .collect();
