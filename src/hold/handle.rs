@@ -102,12 +102,20 @@ pub(crate) fn listen() -> anyhow::Result<(PathBuf, UnixListener)> {
     Ok((path, listener))
 }
 
-/// A socket listening at `path`, mode 0600.
+/// A socket listening at `path`, mode 0600. It is bound under a temporary name and renamed
+/// into place, so the path appears only once the socket listens: a `release` that finds it
+/// never meets the moment between `bind` and `listen`, when a connection is refused as if the
+/// holder were gone (a holder putting back a socket a cleaner removed raced `release` so).
 fn bind(path: &Path) -> anyhow::Result<UnixListener> {
-    let listener = UnixListener::bind(path).map_err(|e| {
+    // Short: a socket's path must fit in 108 bytes, and the handle's own name is 21.
+    let temporary = path.with_file_name(format!(".n-{}", &random_hex()?[..8]));
+    let failed = |e: io::Error| {
+        let _ = std::fs::remove_file(&temporary);
         anyhow::Error::new(e).context(format!("cannot listen on {}", path.display()))
-    })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    };
+    let listener = UnixListener::bind(&temporary).map_err(failed)?;
+    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o600)).map_err(failed)?;
+    std::fs::rename(&temporary, path).map_err(failed)?;
     Ok(listener)
 }
 
@@ -203,7 +211,8 @@ fn prune_end_files(dir: &Path) {
             .is_some_and(|age| age > END_FILES_KEPT);
         let name = e.file_name();
         let name = name.to_string_lossy();
-        if old && name.starts_with("h-") && name.ends_with(".end") {
+        // And a socket's temporary name, left by a holder killed between bind and rename.
+        if old && (name.starts_with("h-") && name.ends_with(".end") || name.starts_with(".n-")) {
             let _ = std::fs::remove_file(e.path());
         }
     }
