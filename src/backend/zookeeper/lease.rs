@@ -37,6 +37,8 @@ pub(super) struct ZkLease {
     pub(super) watch: Option<tokio::task::JoinHandle<()>>,
     /// Where the key's run history lives: exclusive leases only.
     pub(super) history: Option<Place>,
+    /// The run's start went with the lock node (one `multi`: [`super::create`]).
+    pub(super) started: bool,
 }
 
 impl Lease for ZkLease {
@@ -169,7 +171,12 @@ impl Lease for ZkLease {
         let (Some(history), Some(client)) = (self.history.as_ref(), self.client.as_ref()) else {
             return Ok(Begun::NotKept);
         };
-        self.rt.block_on(history.begin(client, start, once_per))
+        if std::mem::take(&mut self.started) && once_per.is_none() {
+            return Ok(Begun::Started);
+        }
+        let ours = self.grant.fence.and_then(|f| i64::try_from(f).ok());
+        self.rt
+            .block_on(history.begin(client, start, once_per, ours.unwrap_or(i64::MAX)))
     }
 
     fn release_with_end(self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
