@@ -42,6 +42,7 @@ pub(super) use self::scripts::{
     BROKEN, BROKEN_PREFIX, RENEW, STATUS, acquire_reply, acquire_script, break_script,
     release_script, script,
 };
+use self::scripts::{acquire_starting, granted_entry};
 use self::scripts::{STATUS_SHARED, mismatch, release_for, release_shared_script};
 use self::sentinel::Sentinels;
 use self::waiter::{Waiter, forget_waiter};
@@ -371,6 +372,8 @@ impl Backend for RedisBackend {
         let meta = serde_json::to_string(req.holder)?;
         let ttl_ms = req.ttl.as_millis() as u64;
         let timeout = COMMAND_TIMEOUT.min(req.ttl / 3);
+        // The run's start, recorded by the acquire script when it takes the lock.
+        let start = req.start.filter(|_| req.mode == Mode::Exclusive).map(|o| o.body());
         // Through Sentinel, the sentinel that named the primary is asked again once the lock is
         // granted: if it names another one now, a failover is under way and the old primary's
         // grant is worth nothing (the new one may grant the lock to someone else).
@@ -393,16 +396,21 @@ impl Backend for RedisBackend {
                 None => MAX_BLOCK,
             };
             let sent = BootInstant::now();
-            let reply = acquire_script(
+            let mut entry = None;
+            let reply = acquire_starting(
                 &keys,
                 req.mode,
                 &token,
                 ttl_ms,
                 &meta,
                 slice.as_millis() as u64,
+                start,
             )
-            .invoke(&mut con)
-            .and_then(acquire_reply);
+            .invoke::<redis::Value>(&mut con)
+            .and_then(|v| {
+                entry = granted_entry(&v);
+                acquire_reply(v)
+            });
             let (acquired, value, seen) = match reply {
                 Ok(r) => {
                     // The server answered: a later transport failure is an outage.
@@ -420,10 +428,17 @@ impl Backend for RedisBackend {
                 return Err(mismatch(req, value));
             }
             if acquired == 1 {
+                // A grant given back below takes the start it recorded back first.
+                let undo = |con: &mut Connection| {
+                    if let Some(e) = &entry {
+                        let _ = history::undo(con, &keys, e);
+                    }
+                };
                 if let (Some(s), Some(sc)) = (&self.node.sentinel, sentinel.as_mut()) {
                     let here = con.addr().clone();
                     let named = s.named_addr(sc, &here);
                     if named.is_none_or(|n| n.to_string() != here.to_string()) {
+                        undo(&mut con);
                         let _: redis::RedisResult<i64> =
                             release_for(&keys, &token, req.mode).invoke(&mut con);
                         return Err(crate::exit::Outage(format!(
@@ -434,12 +449,21 @@ impl Backend for RedisBackend {
                     }
                 }
                 if let Err(e) = ground::judge_grant(&self.node.addr, &seen) {
+                    undo(&mut con);
                     let _: redis::RedisResult<i64> =
                         release_for(&keys, &token, req.mode).invoke(&mut con);
                     return Err(e);
                 }
-                if self.node.min_replicas > 0 {
-                    self.replicated(&mut con, &keys, &token, req)?;
+                if self.node.min_replicas > 0
+                    && let Err(e) = self.replicated(&mut con, &keys, &token, req)
+                {
+                    // (The grant is given back; its start too, on a new connection if need be.)
+                    if let Some(e) = &entry
+                        && let Ok(mut c) = self.node.connect(timeout)
+                    {
+                        let _ = history::undo(&mut c, &keys, e);
+                    }
+                    return Err(e);
                 }
                 let held_back_until = seen.up.and_then(|up| super::hold_back_until(up, req.ttl));
                 return Ok(Box::new(RedisLease {
@@ -454,6 +478,7 @@ impl Backend for RedisBackend {
                         acquired_at: sent,
                         held_back_until,
                     },
+                    started: entry.is_some(),
                 }));
             }
             if req.waited_out() {
