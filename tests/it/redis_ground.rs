@@ -323,13 +323,17 @@ fn a_redis_run_records_its_start_in_the_acquire() {
     };
     // A server younger than the TTL holds a lock back (renewing it meanwhile): wait that out,
     // and load the scripts (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA) with a first run.
-    wait_until(std::time::Duration::from_secs(10), "the server's uptime", || {
-        r.cli(&["INFO", "server"])
-            .lines()
-            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .is_some_and(|up| up > b.ttl.as_secs())
-    });
+    wait_until(
+        std::time::Duration::from_secs(10),
+        "the server's uptime",
+        || {
+            r.cli(&["INFO", "server"])
+                .lines()
+                .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .is_some_and(|up| up > b.ttl.as_secs())
+        },
+    );
     run_ok(&mut b.run(&unique_key("fold-warm"), &[], &["true"]));
     let before = calls();
     let script = format!("echo $DLOCK_FENCING_TOKEN > {}", marker.display());

@@ -97,7 +97,10 @@ fn zookeeper_a_queued_run_has_no_start_until_it_holds() {
     );
     let second = json(&ev[2].0);
     assert!(second["token"].is_u64(), "written as a holder: {second}");
-    assert!(ev[2].2 >= ev[1].2, "the waiter started after the holder ended");
+    assert!(
+        ev[2].2 >= ev[1].2,
+        "the waiter started after the holder ended"
+    );
     let runs = crate::history::log_json(&b, &key, 5);
     assert_eq!(runs.len(), 2, "{runs:?}");
 }

@@ -42,8 +42,8 @@ pub(super) use self::scripts::{
     BROKEN, BROKEN_PREFIX, RENEW, STATUS, acquire_reply, acquire_script, break_script,
     release_script, script,
 };
-use self::scripts::{acquire_starting, granted_entry};
 use self::scripts::{STATUS_SHARED, mismatch, release_for, release_shared_script};
+use self::scripts::{acquire_starting, granted_entry};
 use self::sentinel::Sentinels;
 use self::waiter::{Waiter, forget_waiter};
 
@@ -373,7 +373,10 @@ impl Backend for RedisBackend {
         let ttl_ms = req.ttl.as_millis() as u64;
         let timeout = COMMAND_TIMEOUT.min(req.ttl / 3);
         // The run's start, recorded by the acquire script when it takes the lock.
-        let start = req.start.filter(|_| req.mode == Mode::Exclusive).map(|o| o.body());
+        let start = req
+            .start
+            .filter(|_| req.mode == Mode::Exclusive)
+            .map(|o| o.body());
         // Through Sentinel, the sentinel that named the primary is asked again once the lock is
         // granted: if it names another one now, a failover is under way and the old primary's
         // grant is worth nothing (the new one may grant the lock to someone else).

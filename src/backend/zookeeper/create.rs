@@ -126,7 +126,10 @@ impl ZkBackend {
                         start: None,
                     })
                 }
-                Some(s) => self.create_with_start(client, parent, &prefix, data, s, sent).await,
+                Some(s) => {
+                    self.create_with_start(client, parent, &prefix, data, s, sent)
+                        .await
+                }
             };
             match made {
                 Ok(made) => return Ok(made),

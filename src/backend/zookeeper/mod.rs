@@ -249,12 +249,17 @@ impl ZkBackend {
     ) -> anyhow::Result<(OurNode, BootInstant, bool)> {
         let data = serde_json::to_vec(req.holder)?;
         let history = self.history(req.key);
-        let body = req.start.filter(|_| req.mode == Mode::Exclusive).map(|o| o.body());
+        let body = req
+            .start
+            .filter(|_| req.mode == Mode::Exclusive)
+            .map(|o| o.body());
         let start = body.map(|body| create::Start {
             place: &history,
             body,
         });
-        let made = self.create_node(client, parent, &data, req.mode, start).await?;
+        let made = self
+            .create_node(client, parent, &data, req.mode, start)
+            .await?;
         let (mut ours, mut listing) = (made.node, made.listing);
         *created = Some(format!("{parent}/{}", ours.name));
         // The start written with our node stands if the listing sent behind it shows the node
@@ -299,7 +304,9 @@ impl ZkBackend {
                 // Our node is gone while we waited (`dlock break` deletes the holder's node):
                 // join the queue again.
                 crate::report::verbose(format_args!("our lock node vanished; queueing again"));
-                let made = self.create_node(client, parent, &data, req.mode, None).await?;
+                let made = self
+                    .create_node(client, parent, &data, req.mode, None)
+                    .await?;
                 (ours, listing) = (made.node, made.listing);
                 *created = Some(format!("{parent}/{}", ours.name));
                 continue;
