@@ -9,9 +9,11 @@
 local function started(fence, now)
   local body = string.sub(ARGV[6], 1, -2) .. string.format(',"token":%d}', fence)
   local entry = string.format('%d %s', now, body)
-  redis.call('LPUSH', KEYS[8], entry)
-  redis.call('LTRIM', KEYS[8], 0, tonumber(ARGV[7]) - 1)
-  redis.call('PEXPIRE', KEYS[8], ARGV[8])
-  redis.call('SET', KEYS[9], entry, 'PX', ARGV[8])
+  -- A history key of another type (someone else's) must not cost the lock: no start then (the
+  -- client writes it as without this script, and warns when that fails).
+  if type(redis.pcall('LPUSH', KEYS[8], entry)) ~= 'number' then return nil end
+  redis.pcall('LTRIM', KEYS[8], 0, tonumber(ARGV[7]) - 1)
+  redis.pcall('PEXPIRE', KEYS[8], ARGV[8])
+  redis.pcall('SET', KEYS[9], entry, 'PX', ARGV[8])
   return entry
 end
