@@ -204,35 +204,27 @@ impl ZkLease {
                 close(client, Some(&self.path)).await;
                 return false;
             };
-            // The end and the delete are one transaction (one round trip, one log write; the
-            // waiter proceeds on the delete), then the session closes.
+            // The end and the delete are one transaction (one log write; the waiter proceeds on
+            // the delete), and the session's close goes right behind it: one round trip.
             let prefix = h.event_prefix();
             let options = zookeeper_client::CreateMode::PersistentSequential.with_acls(h.acls());
             let mut multi = client.new_multi_writer();
-            let both = multi.add_create(&prefix, end, &options).is_ok()
-                && multi.add_delete(&self.path, None).is_ok();
-            let committed = match both {
-                true => tokio::time::timeout(COMMAND_TIMEOUT, multi.commit()).await,
-                false => Ok(Err(zookeeper_client::MultiWriteError::RequestFailed {
-                    source: ZkError::BadArguments(&"no multi"),
-                })),
-            };
-            let written = match committed {
-                Ok(Ok(_)) => true,
-                // No answer: either both happened or neither; the session's close deletes our
-                // node anyway, and the caller writes the end on a session of its own.
-                Err(_) | Ok(Err(zookeeper_client::MultiWriteError::RequestFailed { .. })) => false,
-                // One failed, so neither happened (our node gone after a forced break, the
-                // history purged): each on its own, as they can.
-                Ok(Err(zookeeper_client::MultiWriteError::OperationFailed { .. })) => {
-                    let created = client.create(&prefix, end, &options);
-                    let deleted = client.delete(&self.path, None);
-                    let (created, _) = tokio::join!(op(created), op(deleted));
-                    created.is_ok()
-                }
-            };
-            close(client, None).await;
-            written
+            if multi.add_create(&prefix, end, &options).is_err()
+                || multi.add_delete(&self.path, None).is_err()
+            {
+                close(client, Some(&self.path)).await;
+                return false;
+            }
+            let commit = multi.commit();
+            drop(multi);
+            let (committed, ()) = tokio::join!(
+                tokio::time::timeout(COMMAND_TIMEOUT, commit),
+                close(client, None)
+            );
+            // Neither happened when it failed (our node gone after a forced break, the history
+            // purged) or no answer came: the close deletes our node anyway, and the caller
+            // writes the end on a session of its own.
+            matches!(committed, Ok(Ok(_)))
         })
     }
 }
