@@ -1,6 +1,7 @@
 //! Creating our lock node, and with it, for one exclusive key without `--once-per`, the run's
 //! start event ([`Request::start`](crate::backend::Request::start)): one `multi` creates both
-//! (one transaction, one zxid: the start's czxid is the lock node's, which is the fencing token)
+//! (one transaction, one zxid: the start's czxid is the lock node's, which is the fencing token;
+//! the lock node's stat is read from the same reply, see [`ZkBackend::create_node`])
 //! and the listing of the key's queue and of its history go right behind it, in the same round
 //! trip. A transaction cannot ask "is the queue empty" (a `check` op compares a node's data
 //! version only), so the start is written before the answer is known: when the listing shows a
@@ -198,6 +199,11 @@ impl ZkBackend {
         let mut multi = client.new_multi_writer();
         multi.add_create(prefix, data, &options)?;
         multi.add_create(&start.place.event_prefix(), start.body, &event_options)?;
+        // A server with ZOOKEEPER-4026 (3.8.0 among others) answers a multi's create without
+        // its stat, and the lock node's czxid is the fencing token: a write of the history's
+        // node (its data stays empty) answers with its stat, whose mzxid is the transaction's
+        // zxid — the lock node's czxid — in the same reply.
+        multi.add_set_data(&start.place.parent, &[], None)?;
         let commit = multi.commit();
         let listed = client.list_children(parent);
         let events = client.list_children(&start.place.parent);
@@ -205,8 +211,13 @@ impl ZkBackend {
         let mut results = results?.into_iter();
         let (name, mut stat) = created(results.next())?;
         let (event, _) = created(results.next())?;
+        if stat.is_invalid()
+            && let Some(MultiWriteResult::SetData { stat: written }) = results.next()
+            && !written.is_invalid()
+        {
+            stat.czxid = written.mzxid;
+        }
         if stat.is_invalid() {
-            // A server with ZOOKEEPER-4026 answers a multi's create without its stat.
             let path = format!("{parent}/{name}");
             stat = match retried(client, || client.check_stat(&path)).await? {
                 Some(stat) => stat,
