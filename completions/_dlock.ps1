@@ -34,6 +34,8 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure the backend: lock latency, hand-off latency and throughput')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check the server and what stands between: can a lock there be sound?')
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Remove what keys untouched for 30 days left on the backend (their history, lock files, counters)')
+            [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'A monitoring plugin: did KEY''s job run, recently and well? (exit 0 OK .. 3 UNKNOWN)')
+            [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Print the last runs and the locks as Prometheus metrics (for node_exporter''s textfile collector)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -229,6 +231,45 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'dlock;check' {
+            [CompletionResult]::new('-b', '-b', [CompletionResultType]::ParameterName, 'Lock backend [default: from the URL''s scheme, else file]')
+            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'Lock backend [default: from the URL''s scheme, else file]')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock')
+            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'The key whose job is watched; repeat for several (the worst state wins)')
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'The key whose job is watched; repeat for several (the worst state wins)')
+            [CompletionResult]::new('-c', '-c', [CompletionResultType]::ParameterName, 'CRITICAL when the newest run started longer ago than this (e.g. 25h for a daily job; -c as in the plugin guidelines)')
+            [CompletionResult]::new('--max-age', '--max-age', [CompletionResultType]::ParameterName, 'CRITICAL when the newest run started longer ago than this (e.g. 25h for a daily job; -c as in the plugin guidelines)')
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'WARNING when the newest run started longer ago than this (at most --max-age)')
+            [CompletionResult]::new('--warn-age', '--warn-age', [CompletionResultType]::ParameterName, 'WARNING when the newest run started longer ago than this (at most --max-age)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'dlock;metrics' {
+            [CompletionResult]::new('-b', '-b', [CompletionResultType]::ParameterName, 'Lock backend [default: from the URL''s scheme, else file]')
+            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'Lock backend [default: from the URL''s scheme, else file]')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock')
+            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'A key to report; repeat for several [default: every key with a run history]')
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'A key to report; repeat for several [default: every key with a run history]')
+            [CompletionResult]::new('--write', '--write', [CompletionResultType]::ParameterName, 'Write to FILE atomically (a temporary file beside it, then renamed) instead of stdout')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log acquire, renew and release events with timings')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'dlock;completions' {
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
@@ -246,6 +287,8 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure the backend: lock latency, hand-off latency and throughput')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check the server and what stands between: can a lock there be sound?')
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Remove what keys untouched for 30 days left on the backend (their history, lock files, counters)')
+            [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'A monitoring plugin: did KEY''s job run, recently and well? (exit 0 OK .. 3 UNKNOWN)')
+            [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Print the last runs and the locks as Prometheus metrics (for node_exporter''s textfile collector)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -275,6 +318,12 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;help;prune' {
+            break
+        }
+        'dlock;help;check' {
+            break
+        }
+        'dlock;help;metrics' {
             break
         }
         'dlock;help;completions' {

@@ -31,6 +31,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand bench 'Measure the backend: lock latency, hand-off latency and throughput'
             cand doctor 'Check the server and what stands between: can a lock there be sound?'
             cand prune 'Remove what keys untouched for 30 days left on the backend (their history, lock files, counters)'
+            cand check 'A monitoring plugin: did KEY''s job run, recently and well? (exit 0 OK .. 3 UNKNOWN)'
+            cand metrics 'Print the last runs and the locks as Prometheus metrics (for node_exporter''s textfile collector)'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -216,6 +218,43 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'dlock;check'= {
+            cand -b 'Lock backend [default: from the URL''s scheme, else file]'
+            cand --backend 'Lock backend [default: from the URL''s scheme, else file]'
+            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand -k 'The key whose job is watched; repeat for several (the worst state wins)'
+            cand --key 'The key whose job is watched; repeat for several (the worst state wins)'
+            cand -c 'CRITICAL when the newest run started longer ago than this (e.g. 25h for a daily job; -c as in the plugin guidelines)'
+            cand --max-age 'CRITICAL when the newest run started longer ago than this (e.g. 25h for a daily job; -c as in the plugin guidelines)'
+            cand -w 'WARNING when the newest run started longer ago than this (at most --max-age)'
+            cand --warn-age 'WARNING when the newest run started longer ago than this (at most --max-age)'
+            cand -v 'Log acquire, renew and release events with timings'
+            cand --verbose 'Log acquire, renew and release events with timings'
+            cand -q 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
+            cand --quiet 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'dlock;metrics'= {
+            cand -b 'Lock backend [default: from the URL''s scheme, else file]'
+            cand --backend 'Lock backend [default: from the URL''s scheme, else file]'
+            cand -u 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand --url 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock'
+            cand -k 'A key to report; repeat for several [default: every key with a run history]'
+            cand --key 'A key to report; repeat for several [default: every key with a run history]'
+            cand --write 'Write to FILE atomically (a temporary file beside it, then renamed) instead of stdout'
+            cand -v 'Log acquire, renew and release events with timings'
+            cand --verbose 'Log acquire, renew and release events with timings'
+            cand -q 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
+            cand --quiet 'Print nothing but errors (an expected skip — busy with --no-wait, or --once-per — is not one)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'dlock;completions'= {
             cand -h 'Print help'
             cand --help 'Print help'
@@ -232,6 +271,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand bench 'Measure the backend: lock latency, hand-off latency and throughput'
             cand doctor 'Check the server and what stands between: can a lock there be sound?'
             cand prune 'Remove what keys untouched for 30 days left on the backend (their history, lock files, counters)'
+            cand check 'A monitoring plugin: did KEY''s job run, recently and well? (exit 0 OK .. 3 UNKNOWN)'
+            cand metrics 'Print the last runs and the locks as Prometheus metrics (for node_exporter''s textfile collector)'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -252,6 +293,10 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;help;doctor'= {
         }
         &'dlock;help;prune'= {
+        }
+        &'dlock;help;check'= {
+        }
+        &'dlock;help;metrics'= {
         }
         &'dlock;help;completions'= {
         }

@@ -41,6 +41,10 @@ fn exit_code() -> u8 {
 fn command_code() -> u8 {
     let cli = match Cli::parse_args() {
         Ok(cli) => cli,
+        // A monitoring plugin's own usage error is UNKNOWN (3), said on its status line.
+        Err(e) if is_check() && !shows_help(&e) => {
+            return crate::cmd::check::usage(&clap_line(&e));
+        }
         Err(e) => return clap_error(&e),
     };
     match cli.command {
@@ -107,12 +111,58 @@ fn command_code() -> u8 {
             },
             Err(e) => report::usage(&e),
         },
+        Command::Check(a) => match crate::config::CheckConfig::from_args(&a) {
+            Ok(cfg) => crate::cmd::check::check(&cfg),
+            Err(e) => crate::cmd::check::usage(&e.to_string()),
+        },
+        Command::Metrics(a) => match crate::config::MetricsConfig::from_args(&a) {
+            Ok(cfg) => crate::cmd::metrics::metrics(&cfg),
+            Err(e) => report::usage(&e),
+        },
         Command::Completions(a) => {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(&crate::generate::completion(a.shell));
             0
         }
     }
+}
+
+/// Whether this is `dlock check` (whose usage errors are UNKNOWN).
+fn is_check() -> bool {
+    std::env::args_os().nth(1).is_some_and(|a| a == "check")
+}
+
+/// Whether clap's "error" is help or the version, which go to stdout as they are.
+fn shows_help(e: &clap::Error) -> bool {
+    use clap::error::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    )
+}
+
+/// clap's error as one line: its first paragraph ("error: what\n  detail\n\nUsage: ..."), and
+/// a suggestion — clap's ("tip: a similar argument exists: '--key'", in a later paragraph), or
+/// ours for a transposition in a short word (`--kye`), which clap misses ([`did_you_mean`]).
+fn clap_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let first: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let mut line = first.join(" ");
+    if let Some(tip) = did_you_mean(e).or_else(|| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("tip: "))
+            .map(str::to_string)
+    }) {
+        line = format!("{line}; {tip}");
+    }
+    let line = line.strip_prefix("error: ").unwrap_or(&line);
+    format!("{line} (see --help)")
 }
 
 /// Help and version go to stdout as clap renders them; errors become one `dlock:` line, exit 2.
@@ -139,25 +189,7 @@ fn clap_error(e: &clap::Error) -> u8 {
         }
         _ => {}
     }
-    // clap's message is "error: what\n  detail\n\nUsage: ...": keep the first paragraph on one line.
-    let text = e.render().to_string();
-    let first: Vec<&str> = text
-        .lines()
-        .take_while(|l| !l.trim().is_empty())
-        .map(str::trim)
-        .collect();
-    let mut line = first.join(" ");
-    // clap's suggestion ("tip: a similar argument exists: '--key'") comes in a later paragraph;
-    // it misses a transposition in a short word (`--kye`), which `did_you_mean` finds.
-    if let Some(tip) = did_you_mean(e).or_else(|| {
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix("tip: "))
-            .map(str::to_string)
-    }) {
-        line = format!("{line}; {tip}");
-    }
-    let line = line.strip_prefix("error: ").unwrap_or(&line);
-    report::usage_error(format_args!("{line} (see --help)"));
+    report::usage_error(format_args!("{}", clap_line(e)));
     exit::USAGE
 }
 

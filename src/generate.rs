@@ -114,6 +114,7 @@ fn page(cmd: &clap::Command, main: bool) -> (String, Vec<u8>) {
             "release" => section(&mut roff, "EXIT STATUS", cli::RELEASE_EXIT_STATUS),
             "run" => section(&mut roff, "EXIT STATUS", cli::EXIT_STATUS),
             "doctor" => section(&mut roff, "EXIT STATUS", cli::DOCTOR_EXIT_STATUS),
+            "check" => section(&mut roff, "EXIT STATUS", cli::CHECK_EXIT_STATUS),
             _ if main => section(&mut roff, "EXIT STATUS", cli::EXIT_STATUS),
             _ => {}
         }

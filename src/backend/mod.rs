@@ -297,6 +297,16 @@ pub(crate) trait Backend {
         Ok(Vec::new())
     }
 
+    /// Keys that have a run history on the backend (`dlock metrics` without `--key`), at most
+    /// [`MAX_LISTED`]. Default: the backend cannot list them.
+    fn history_keys(&self) -> anyhow::Result<Vec<Key>> {
+        Err(crate::exit::Usage(format!(
+            "the {} backend cannot list the keys with a run history; give --key",
+            self.kind().name()
+        ))
+        .into())
+    }
+
     /// `dlock doctor`'s checks of the server and what stands between ([`ground`]), judged for
     /// leases of `ttl`. An error means the server could not be asked at all (exit 69).
     fn doctor(&self, ttl: Duration) -> anyhow::Result<Vec<ground::Finding>> {

@@ -147,13 +147,14 @@ fn jitter_ms(lo: u64, hi: u64) -> u64 {
     lo + u64::from_le_bytes(b) % (hi - lo + 1)
 }
 
-impl Backend for Redlock {
-    /// The keys any master that answers knows of.
-    fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
+impl Redlock {
+    /// The keys `scan` finds on any master that answers (an error only when none did).
+    fn keys_by(
+        &self,
+        scan: fn(&mut Connection) -> redis::RedisResult<Vec<Key>>,
+    ) -> anyhow::Result<Vec<Key>> {
         let mut slots = self.slots();
-        let found = parallel(&mut slots, |slot| {
-            slot.with(COMMAND_TIMEOUT, super::redis::scan_keys)
-        });
+        let found = parallel(&mut slots, |slot| slot.with(COMMAND_TIMEOUT, scan));
         let mut keys = std::collections::BTreeSet::new();
         let mut failed = None;
         for r in found {
@@ -166,6 +167,18 @@ impl Backend for Redlock {
             (true, Some(e)) => Err(e),
             _ => Ok(keys.into_iter().take(super::MAX_LISTED).collect()),
         }
+    }
+}
+
+impl Backend for Redlock {
+    /// The keys any master that answers knows of.
+    fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
+        self.keys_by(super::redis::scan_keys)
+    }
+
+    /// The keys with a history on any master that answers.
+    fn history_keys(&self) -> anyhow::Result<Vec<Key>> {
+        self.keys_by(super::redis::scan_history_keys)
     }
 
     fn kind(&self) -> BackendKind {

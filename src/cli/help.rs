@@ -251,6 +251,26 @@ pub(crate) fn after_long_help() -> String {
 }
 
 /// `dlock doctor`'s exit statuses.
+pub(crate) const CHECK_EXIT_STATUS: &[(&str, &str)] = &[
+    (
+        "0",
+        "OK: every KEY's newest run started within --max-age (and --warn-age) and ended well, or runs",
+    ),
+    (
+        "1",
+        "WARNING: a newest run started longer ago than --warn-age",
+    ),
+    (
+        "2",
+        "CRITICAL: a KEY never ran, its newest run started longer ago than --max-age, or ended \
+         badly (non-zero exit, signal, lost lock, no end recorded and no longer held)",
+    ),
+    (
+        "3",
+        "UNKNOWN: the backend could not be asked, a history could not be read, or a usage error",
+    ),
+];
+
 pub(crate) const DOCTOR_EXIT_STATUS: &[(&str, &str)] = &[
     ("0", "every check passed (or could not be made)"),
     ("1", "something weakens the lock (a warn line says what)"),

@@ -12,8 +12,8 @@ use crate::model::BackendKind;
 mod help;
 
 pub(crate) use self::help::{
-    ACQUIRE_EXIT_STATUS, DOCTOR_EXIT_STATUS, EXAMPLES, EXIT_STATUS, RELEASE_EXIT_STATUS,
-    environment,
+    ACQUIRE_EXIT_STATUS, CHECK_EXIT_STATUS, DOCTOR_EXIT_STATUS, EXAMPLES, EXIT_STATUS,
+    RELEASE_EXIT_STATUS, environment,
 };
 use self::help::{HELP_WIDTH, about, after_long_help, long_about, table};
 
@@ -144,6 +144,28 @@ touched, and a key used again later still gets larger fencing tokens than before
 many keys it removed."
     )]
     Prune(PruneArgs),
+    /// A monitoring plugin: did KEY's job run, recently and well? (exit 0 OK .. 3 UNKNOWN)
+    #[command(
+        long_about = "Judge KEY's newest run as a Nagios, Icinga, Sensu or Zabbix check: OK when \
+it started less than --max-age ago and ended well (exit 0) or is still running; WARNING when it \
+started more than --warn-age ago; CRITICAL when it started more than --max-age ago, never ran, \
+or ended badly (a non-zero exit, a signal, a lost lock, or no end recorded and no longer held). \
+Several --key: the worst state wins. Prints one line `DLOCK OK - ...` with perfdata after `|`. \
+An unreachable backend, an unreadable history and its own usage errors are UNKNOWN (3), never \
+CRITICAL. Reads only.",
+        after_long_help = table("Exit status", CHECK_EXIT_STATUS)
+    )]
+    Check(CheckArgs),
+    /// Print the last runs and the locks as Prometheus metrics (for node_exporter's textfile collector)
+    #[command(
+        long_about = "Print, in Prometheus' text exposition format, for each KEY (every key with \
+a run history when none is given) the last run's start and end time, duration, exit code and \
+success, and whether the lock is held, for how long and how many wait. Every metric is named \
+dlock_*, every label value escaped. --write FILE writes the same atomically (a temporary file in \
+FILE's directory, renamed over it) for node_exporter's textfile collector. Reads only; exits 0, \
+69 when the backend could not be asked."
+    )]
+    Metrics(MetricsArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
 }
@@ -442,6 +464,47 @@ pub(crate) struct PruneArgs {
     /// Remove keys untouched for DURATION instead of 30 days (at least 1s)
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, value_hint = ValueHint::Other)]
     pub older_than: Option<Duration>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `dlock check`.
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    /// The key whose job is watched; repeat for several (the worst state wins)
+    #[arg(short = 'k', long = "key", value_name = "KEY", required = true, value_hint = ValueHint::Other)]
+    pub keys: Vec<String>,
+
+    /// CRITICAL when the newest run started longer ago than this (e.g. 25h for a daily job;
+    /// -c as in the plugin guidelines)
+    #[arg(short = 'c', long, value_name = "DURATION", value_parser = parse_positive_duration, value_hint = ValueHint::Other)]
+    pub max_age: Duration,
+
+    /// WARNING when the newest run started longer ago than this (at most --max-age)
+    #[arg(short = 'w', long, value_name = "DURATION", value_parser = parse_positive_duration, value_hint = ValueHint::Other)]
+    pub warn_age: Option<Duration>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `dlock metrics`.
+#[derive(Debug, Args)]
+pub(crate) struct MetricsArgs {
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    /// A key to report; repeat for several [default: every key with a run history]
+    #[arg(short = 'k', long = "key", value_name = "KEY", value_hint = ValueHint::Other)]
+    pub keys: Vec<String>,
+
+    /// Write to FILE atomically (a temporary file beside it, then renamed) instead of stdout
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
+    pub write: Option<std::path::PathBuf>,
 
     #[command(flatten)]
     pub output: OutputArgs,

@@ -408,6 +408,87 @@ pub(crate) enum Amount {
     Ops(u64),
 }
 
+/// A checked `dlock check`: the backend, 1 to [`MAX_CHECKED`] keys, the ages.
+#[derive(Clone, Debug)]
+pub(crate) struct CheckConfig {
+    pub target: Target,
+    pub keys: Vec<Key>,
+    /// CRITICAL past this age.
+    pub max_age: Duration,
+    /// WARNING past this age (at most `max_age`).
+    pub warn_age: Option<Duration>,
+    pub verbosity: Verbosity,
+}
+
+/// The most keys one `dlock check` judges.
+pub(crate) const MAX_CHECKED: usize = 100;
+/// The most keys one `dlock metrics` reports (named, or listed from the history: as many as a
+/// history read's events, the cap the SQL backends' listings share).
+pub(crate) const MAX_REPORTED: usize = crate::history::MAX_EVENTS;
+
+impl CheckConfig {
+    /// Validates `dlock check`'s arguments.
+    pub(crate) fn from_args(a: &cli::CheckArgs) -> Result<CheckConfig, Usage> {
+        if let Some(w) = a.warn_age.filter(|w| *w > a.max_age) {
+            return Err(Usage(format!(
+                "--warn-age {} is longer than --max-age {}: it could never warn",
+                humantime::format_duration(w),
+                humantime::format_duration(a.max_age)
+            )));
+        }
+        Ok(CheckConfig {
+            target: Target::from_args(&a.backend)?,
+            keys: keys_of(&a.keys, MAX_CHECKED)?,
+            max_age: a.max_age,
+            warn_age: a.warn_age,
+            verbosity: Verbosity::from(&a.output),
+        })
+    }
+}
+
+/// A checked `dlock metrics`: the backend, the keys named (none: every key with a history),
+/// the file to write.
+#[derive(Clone, Debug)]
+pub(crate) struct MetricsConfig {
+    pub target: Target,
+    pub keys: Vec<Key>,
+    pub write: Option<std::path::PathBuf>,
+    pub verbosity: Verbosity,
+}
+
+impl MetricsConfig {
+    /// Validates `dlock metrics`'s arguments.
+    pub(crate) fn from_args(a: &cli::MetricsArgs) -> Result<MetricsConfig, Usage> {
+        if let Some(w) = a.write.as_ref().filter(|w| w.file_name().is_none()) {
+            return Err(Usage(format!("--write {}: not a file name", w.display())));
+        }
+        Ok(MetricsConfig {
+            target: Target::from_args(&a.backend)?,
+            keys: keys_of(&a.keys, MAX_REPORTED)?,
+            write: a.write.clone(),
+            verbosity: Verbosity::from(&a.output),
+        })
+    }
+}
+
+/// `-k` values as keys, at most `most`, each once.
+fn keys_of(given: &[String], most: usize) -> Result<Vec<Key>, Usage> {
+    if given.len() > most {
+        return Err(Usage(format!(
+            "at most {most} --key at once ({} given)",
+            given.len()
+        )));
+    }
+    let mut keys: Vec<Key> = Vec::with_capacity(given.len());
+    for k in given {
+        let key = Key::new(k)?;
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    Ok(keys)
+}
+
 /// A checked `dlock bench`.
 #[derive(Clone, Debug)]
 pub(crate) struct BenchConfig {

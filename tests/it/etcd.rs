@@ -55,7 +55,7 @@ mod history {
 
 /// The history hooks, through `etcdctl`: one key `dlock/%history/<key>/<16 hex digits>` per
 /// event (the test keys need no escaping), ordered by revision.
-fn etcd_native() -> crate::history::Native {
+pub(crate) fn etcd_native() -> crate::history::Native {
     use std::os::unix::ffi::OsStrExt;
     static FORGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     fn prefix(key: &str) -> String {

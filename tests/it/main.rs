@@ -21,6 +21,7 @@ mod interop_servers;
 mod kernel;
 mod kernels;
 mod modes;
+mod monitoring;
 mod mysql;
 mod operators;
 mod partition;

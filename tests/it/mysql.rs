@@ -84,7 +84,7 @@ fn hex(b: &[u8]) -> String {
 /// The mysql backend's hooks: one `dlock.dlock_runs` row per event, written and counted with
 /// the `mariadb` client. The body column is utf8mb4 text: bytes that are not UTF-8 are stored
 /// as U+FFFD (the server refuses them otherwise), which keeps the record just as unreadable.
-fn mysql_native() -> crate::history::Native {
+pub(crate) fn mysql_native() -> crate::history::Native {
     crate::history::Native {
         forge: |_, key, body| {
             let ev = serde_json::from_slice::<serde_json::Value>(body)

@@ -96,7 +96,7 @@ fn pg_text(s: &str) -> String {
 /// The postgres backend's hooks: one `dlock_runs` row per event, written and counted with
 /// `psql`. The body column is text: bytes that are not UTF-8 are stored as U+FFFD (the server
 /// refuses them otherwise), which keeps the record just as unreadable.
-fn postgres_native() -> crate::history::Native {
+pub(crate) fn postgres_native() -> crate::history::Native {
     crate::history::Native {
         forge: |_, key, body| {
             let ev = serde_json::from_slice::<serde_json::Value>(body)

@@ -57,7 +57,7 @@ mod history {
 
 /// The history hooks, through a ZooKeeper client of the test's own: one persistent-sequential
 /// node `e-N` per event under `/dlock-history/<key>` (the test keys need no escaping).
-fn zk_native() -> crate::history::Native {
+pub(crate) fn zk_native() -> crate::history::Native {
     fn parent(key: &str) -> String {
         assert!(
             key.bytes()

@@ -430,6 +430,49 @@ pub(super) fn judge(marker: &reply::Kv, d: Duration, left: Option<(i64, i64)>) -
     (ago, overdue)
 }
 
+impl super::EtcdBackend {
+    /// [`Backend::history_keys`](crate::backend::Backend::history_keys): the keys with events
+    /// under `dlock/%history/`: a walk of one keys-only range request per key (skipping past
+    /// its events), at most [`MAX_EVENTS`] keys.
+    pub(super) fn keys_with_history(&self) -> anyhow::Result<Vec<Key>> {
+        let mut c = self.client();
+        let root = HISTORY.as_bytes();
+        let end = prefix_end(root);
+        let mut from = root.to_vec();
+        let mut keys: Vec<Key> = Vec::new();
+        while keys.len() < MAX_EVENTS {
+            let r = c
+                .call(
+                    "/v3/kv/range",
+                    &json!({ "key": b64(&from), "range_end": b64(&end),
+                             "keys_only": true, "limit": "1" }),
+                )
+                .map_err(|e| self.fail(e))?;
+            let r: reply::ListedKeys = decode(&r, "range").map_err(|e| self.bad_reply(e))?;
+            let Some(kv) = r.kvs.first() else { break };
+            let Some(own) = kv.key.strip_prefix(root) else {
+                break;
+            };
+            // `E(KEY)/<event>`: the next request starts past every name that begins with
+            // `E(KEY)/` (names between, such as `E(KEY)-x/…`, sort before it and came first);
+            // the `--once-per` marker `E(KEY)`: right after it.
+            let (name, next) = match own.iter().position(|&b| b == b'/') {
+                Some(slash) => (&own[..slash], [root, &own[..slash], b"0"].concat()),
+                None => (own, [&kv.key[..], b"\0"].concat()),
+            };
+            let key = std::str::from_utf8(name)
+                .ok()
+                .and_then(super::names::unescape)
+                .and_then(|k| Key::new(&k).ok());
+            if let Some(k) = key.filter(|k| !keys.contains(k)) {
+                keys.push(k);
+            }
+            from = next;
+        }
+        Ok(keys)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -182,6 +182,10 @@ impl Backend for EtcdBackend {
         Ok(keys)
     }
 
+    fn history_keys(&self) -> anyhow::Result<Vec<Key>> {
+        self.keys_with_history()
+    }
+
     fn kind(&self) -> BackendKind {
         BackendKind::Etcd
     }

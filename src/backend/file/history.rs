@@ -186,6 +186,34 @@ pub(super) fn read(lock: &Path) -> anyhow::Result<Vec<Stored>> {
     Ok(events)
 }
 
+/// The keys with a history file in `dir` (`dlock metrics` without `--key`), at most
+/// [`MAX_LISTED`](crate::backend::MAX_LISTED).
+pub(super) fn keys(dir: &Path) -> anyhow::Result<Vec<crate::model::Key>> {
+    let mut keys = Vec::new();
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+    for entry in entries.flatten() {
+        if keys.len() >= crate::backend::MAX_LISTED {
+            break;
+        }
+        let name = entry.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".history")) else {
+            continue;
+        };
+        // A hashed name (a long key) names its key only in its lock file's record.
+        let key = match crate::backend::unescape_key(stem) {
+            Some(k) if !stem.contains('~') => Some(k),
+            _ => open_existing(&dir.join(format!("{stem}.lock")))
+                .ok()
+                .and_then(|f| super::read_data(&f).ok())
+                .and_then(|d| d.some_holder().and_then(|h| h.key.clone()))
+                .and_then(|k| crate::model::Key::new(&k).ok()),
+        };
+        keys.extend(key);
+    }
+    Ok(keys)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

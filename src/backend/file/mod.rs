@@ -258,6 +258,10 @@ impl Backend for FileBackend {
         Ok(keys)
     }
 
+    fn history_keys(&self) -> anyhow::Result<Vec<Key>> {
+        history::keys(&self.dir)
+    }
+
     fn kind(&self) -> BackendKind {
         BackendKind::File
     }

@@ -326,6 +326,24 @@ impl MysqlBackend {
         }
     }
 
+    /// [`Backend::history_keys`](crate::backend::Backend::history_keys): the keys with events,
+    /// at most [`MAX_EVENTS`].
+    pub(super) fn keys_with_history(&self) -> anyhow::Result<Vec<Key>> {
+        let mut con = self.connect(super::COMMAND_TIMEOUT)?;
+        let sql = format!(
+            "SELECT DISTINCT lock_key FROM dlock_runs ORDER BY lock_key LIMIT {MAX_EVENTS}"
+        );
+        match exec(&mut con, &sql, ()) {
+            Ok(rows) => Ok(rows
+                .into_iter()
+                .filter_map(|r| r.get_opt::<String, usize>(0).and_then(Result::ok))
+                .filter_map(|k| Key::new(&k).ok())
+                .collect()),
+            Err(e) if is(&e, NO_TABLE) => Ok(Vec::new()),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
     /// [`Backend::end_run`](crate::backend::Backend::end_run), on a new connection.
     pub(super) fn end_on_new_connection(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
         let mut con = self.connect(super::COMMAND_TIMEOUT)?;

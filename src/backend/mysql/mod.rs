@@ -392,6 +392,10 @@ impl Backend for MysqlBackend {
         self.history_of(key)
     }
 
+    fn history_keys(&self) -> anyhow::Result<Vec<Key>> {
+        self.keys_with_history()
+    }
+
     fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
         self.end_on_new_connection(key, end)
     }

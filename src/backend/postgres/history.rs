@@ -377,6 +377,25 @@ impl PgBackend {
         })
     }
 
+    /// [`Backend::history_keys`](crate::backend::Backend::history_keys): the keys with events,
+    /// at most [`MAX_EVENTS`] (an index-only scan of `dlock_runs_key`).
+    pub(super) fn keys_with_history(&self) -> anyhow::Result<Vec<Key>> {
+        let rt = self.runtime()?;
+        rt.block_on(async {
+            let s = self.connect("dlock metrics").await?;
+            let sql =
+                format!("SELECT DISTINCT key COLLATE \"C\" AS k FROM dlock_runs ORDER BY k LIMIT {MAX_EVENTS}");
+            match run(&s.client, &sql, &[]).await {
+                Ok(rows) => Ok(rows
+                    .iter()
+                    .filter_map(|r| cell(r, 0).and_then(|k| Key::new(k).ok()))
+                    .collect()),
+                Err(f) if f.is_missing_table() => Ok(Vec::new()),
+                Err(f) => Err(self.history_error("list the keys with a run history", f)),
+            }
+        })
+    }
+
     /// [`Backend::end_run`](crate::backend::Backend::end_run), on a new session.
     pub(super) fn end_on_new_session(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
         let rt = self.runtime()?;

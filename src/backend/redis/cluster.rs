@@ -9,7 +9,17 @@ use crate::model::Key;
 pub(in crate::backend) fn scan_keys(con: &mut Connection) -> redis::RedisResult<Vec<Key>> {
     // The keys that exist only while the lock is held or waited for (the fence counter and the
     // records stay after use, and are not candidates).
-    const SUFFIXES: [&str; 4] = ["}", "}:waiters", "}:holders", "}:wwait"];
+    scan_named(con, &["}", "}:waiters", "}:holders", "}:wwait"])
+}
+
+/// The keys with a run history (`dlock:{KEY}:runs`) on `con`, at most
+/// [`crate::backend::MAX_LISTED`].
+pub(in crate::backend) fn scan_history_keys(con: &mut Connection) -> redis::RedisResult<Vec<Key>> {
+    scan_named(con, &["}:runs"])
+}
+
+/// The lock keys named by `dlock:{KEY}SUFFIX` Redis keys on `con`, for the suffixes given.
+fn scan_named(con: &mut Connection, suffixes: &[&str]) -> redis::RedisResult<Vec<Key>> {
     let mut keys = std::collections::BTreeSet::new();
     let mut cursor = 0u64;
     loop {
@@ -24,7 +34,7 @@ pub(in crate::backend) fn scan_keys(con: &mut Connection) -> redis::RedisResult<
             let Some(rest) = name.strip_prefix("dlock:{") else {
                 continue;
             };
-            let key = SUFFIXES
+            let key = suffixes
                 .iter()
                 .find_map(|s| rest.strip_suffix(s))
                 .and_then(untag)

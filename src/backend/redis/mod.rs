@@ -32,7 +32,7 @@ mod url;
 mod waiter;
 
 use self::cluster::cluster_primaries;
-pub(super) use self::cluster::scan_keys;
+pub(super) use self::cluster::{scan_history_keys, scan_keys};
 pub(super) use self::conn::Connection;
 pub(super) use self::doctor::redlock as doctor_redlock;
 use self::lease::RedisLease;
@@ -193,6 +193,38 @@ pub(crate) struct RedisBackend {
 }
 
 impl RedisBackend {
+    /// The keys `scan` finds on the server, or on each primary of a cluster.
+    fn keys_by(
+        &self,
+        scan: fn(&mut Connection) -> redis::RedisResult<Vec<Key>>,
+    ) -> anyhow::Result<Vec<Key>> {
+        let mut con = self.node.connect(COMMAND_TIMEOUT)?;
+        // A cluster's locks are spread over its primaries: scan each (a server that is not a
+        // cluster refuses CLUSTER NODES).
+        let nodes: redis::RedisResult<String> = redis::cmd("CLUSTER").arg("NODES").query(&mut con);
+        // A proxy closes the connection on CLUSTER: said as such.
+        if let Some(refused) = nodes
+            .as_ref()
+            .err()
+            .and_then(|e| ground::refusal(&self.node, e))
+        {
+            return Err(refused);
+        }
+        let Ok(nodes) = nodes else {
+            return scan(&mut con).map_err(|e| self.node.error(self.node.addr.clone(), e));
+        };
+        let mut keys = std::collections::BTreeSet::new();
+        for primary in cluster_primaries(&nodes) {
+            let Some(addr) = conn::addr_like(self.node.info.addr(), &primary) else {
+                continue;
+            };
+            let node = self.node.at(&addr);
+            let mut con = node.connect(COMMAND_TIMEOUT)?;
+            keys.extend(scan(&mut con).map_err(|e| node.error(node.addr.clone(), e))?);
+        }
+        Ok(keys.into_iter().take(super::MAX_LISTED).collect())
+    }
+
     /// `urls` empty: `redis://127.0.0.1:6379`; one URL: that server.
     pub(crate) fn open(urls: &[String]) -> anyhow::Result<RedisBackend> {
         let node = match urls {
@@ -327,31 +359,11 @@ impl RedisBackend {
 
 impl Backend for RedisBackend {
     fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
-        let mut con = self.node.connect(COMMAND_TIMEOUT)?;
-        // A cluster's locks are spread over its primaries: scan each (a server that is not a
-        // cluster refuses CLUSTER NODES).
-        let nodes: redis::RedisResult<String> = redis::cmd("CLUSTER").arg("NODES").query(&mut con);
-        // A proxy closes the connection on CLUSTER: said as such.
-        if let Some(refused) = nodes
-            .as_ref()
-            .err()
-            .and_then(|e| ground::refusal(&self.node, e))
-        {
-            return Err(refused);
-        }
-        let Ok(nodes) = nodes else {
-            return scan_keys(&mut con).map_err(|e| self.node.error(self.node.addr.clone(), e));
-        };
-        let mut keys = std::collections::BTreeSet::new();
-        for primary in cluster_primaries(&nodes) {
-            let Some(addr) = conn::addr_like(self.node.info.addr(), &primary) else {
-                continue;
-            };
-            let node = self.node.at(&addr);
-            let mut con = node.connect(COMMAND_TIMEOUT)?;
-            keys.extend(scan_keys(&mut con).map_err(|e| node.error(node.addr.clone(), e))?);
-        }
-        Ok(keys.into_iter().take(super::MAX_LISTED).collect())
+        self.keys_by(scan_keys)
+    }
+
+    fn history_keys(&self) -> anyhow::Result<Vec<Key>> {
+        self.keys_by(scan_history_keys)
     }
 
     fn kind(&self) -> BackendKind {

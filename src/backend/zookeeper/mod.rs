@@ -399,6 +399,22 @@ impl Backend for ZkBackend {
         )
     }
 
+    /// The children of `/dlock-history`: each is an escaped key.
+    fn history_keys(&self) -> anyhow::Result<Vec<Key>> {
+        let root = format!("{}/{ROOT}-history", self.chroot);
+        self.admin(
+            async |client| match retried(client, || client.list_children(&root)).await {
+                Ok(children) => Ok(children
+                    .iter()
+                    .filter_map(|c| super::unescape_key(c))
+                    .take(super::MAX_LISTED)
+                    .collect()),
+                Err(ZkError::NoNode) => Ok(Vec::new()),
+                Err(e) => Err(self.fail(&format!("list {root}"), e)),
+            },
+        )
+    }
+
     fn kind(&self) -> BackendKind {
         BackendKind::Zookeeper
     }
