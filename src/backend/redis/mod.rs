@@ -269,58 +269,6 @@ impl RedisBackend {
         super::read_record(meta?.as_bytes())
     }
 
-    /// `?min-replicas=N`: waits (`WAIT N`, at most a third of the TTL and 1 s) until N replicas
-    /// have the grant; if fewer do, gives the lock back and fails as [`Unreplicated`] (a waiting
-    /// run tries again within --wait; with --no-wait, exit 69). Every way out but success gives
-    /// the lock back, on a fresh connection: a signal ends the WAIT's read (see
-    /// [`crate::signals::interrupts_network_waits`]) and leaves `con` mid-reply, so a release on
-    /// it failed and Ctrl-C left the key held by a dead process for the rest of its TTL.
-    ///
-    /// [`Unreplicated`]: crate::exit::Unreplicated
-    fn replicated(
-        &self,
-        con: &mut Connection,
-        keys: &Keys,
-        token: &str,
-        req: &Request<'_>,
-    ) -> anyhow::Result<()> {
-        let want = self.node.min_replicas;
-        let limit = (req.ttl / 3).min(Duration::from_secs(1));
-        let acked = con
-            .set_read_timeout(Some(limit + COMMAND_TIMEOUT))
-            .and_then(|()| {
-                redis::cmd("WAIT")
-                    .arg(want)
-                    .arg(limit.as_millis().max(1) as u64)
-                    .query::<u32>(con)
-            })
-            .and_then(|n| {
-                con.set_read_timeout(Some(COMMAND_TIMEOUT.min(req.ttl / 3)))?;
-                Ok(n)
-            });
-        if matches!(acked, Ok(n) if n >= want) {
-            return Ok(());
-        }
-        let signalled = req.interrupted();
-        self.release_token(keys, token, req.mode, signalled.is_some());
-        if let Some(sig) = signalled {
-            return Err(Interrupted(sig).into());
-        }
-        let plural = if want == 1 { "replica" } else { "replicas" };
-        match acked {
-            Ok(n) => Err(crate::exit::Unreplicated(format!(
-                "{}: {n} of the {want} {plural} that ?min-replicas requires acknowledged the lock \
-                 within {}ms; it was given back (`INFO replication` lists the server's replicas)",
-                self.node.addr,
-                limit.as_millis()
-            ))
-            .into()),
-            Err(e) => Err(self
-                .node
-                .error(format!("waiting for replicas on {}", self.node.addr), e)),
-        }
-    }
-
     /// Best effort, after a lost reply: if the lock is ours after all, give it back.
     /// Gives back whatever an acquire whose reply was lost may have taken with `token`: the lock
     /// (or a shared or slot entry, by `mode`), and its place in the waiter lists. After a signal,
@@ -469,16 +417,8 @@ impl Backend for RedisBackend {
                         release_for(&keys, &token, req.mode).invoke(&mut con);
                     return Err(e);
                 }
-                if self.node.min_replicas > 0
-                    && let Err(e) = self.replicated(&mut con, &keys, &token, req)
-                {
-                    // (The grant is given back; its start too, on a new connection if need be.)
-                    if let Some(e) = &entry
-                        && let Ok(mut c) = self.node.connect(timeout)
-                    {
-                        let _ = history::undo(&mut c, &keys, e);
-                    }
-                    return Err(e);
+                if self.node.min_replicas > 0 {
+                    self.replicated(&mut con, &keys, &token, req, entry.as_deref())?;
                 }
                 let held_back_until = seen.up.and_then(|up| super::hold_back_until(up, req.ttl));
                 return Ok(Box::new(RedisLease {
