@@ -44,3 +44,4 @@ mod unkillable;
 mod util;
 mod waitline;
 mod zookeeper;
+mod zookeeper_fold;

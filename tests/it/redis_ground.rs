@@ -114,6 +114,12 @@ fn a_replica_is_refused_as_one() {
         assert!(line.contains("point dlock at the primary"), "{line}");
         assert!(out.stdout.is_empty(), "{}", describe(&out));
         assert_eq!(r.cli(&["EXISTS", &format!("dlock:{{{key}}}")]), "0");
+        // The start the writable replica's acquire recorded with the grant is taken back too.
+        let history = [
+            format!("dlock:{{{key}}}:runs"),
+            format!("dlock:{{{key}}}:lastrun"),
+        ];
+        assert_eq!(r.cli(&["EXISTS", &history[0], &history[1]]), "0");
     }
     let out = run_code(&mut doctor(&[&replica.url()]), 78);
     let text = stdout(&out);
@@ -290,4 +296,57 @@ fn doctor_checks_every_cluster_primary_and_the_sentinels_primary() {
         )),
         "{text}"
     );
+}
+
+/// A run on one Redis is two scripts — the acquire, which records the start when it takes the
+/// lock, and the release, which records the end — and its start carries the fencing token the
+/// command saw. (With a start of its own it was three.)
+#[test]
+fn a_redis_run_records_its_start_in_the_acquire() {
+    let Some(r) = Redis::start(&[]) else {
+        return;
+    };
+    let key = unique_key("fold");
+    let dir = scratch("redis-fold");
+    let marker = dir.join("token");
+    let b = TestBackend::redis(&r.url());
+    let calls = || -> u64 {
+        let stats = r.cli(&["INFO", "commandstats"]);
+        let count = |name: &str| {
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+                .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        count("evalsha") + count("eval")
+    };
+    // A server younger than the TTL holds a lock back (renewing it meanwhile): wait that out,
+    // and load the scripts (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA) with a first run.
+    wait_until(
+        std::time::Duration::from_secs(10),
+        "the server's uptime",
+        || {
+            r.cli(&["INFO", "server"])
+                .lines()
+                .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .is_some_and(|up| up > b.ttl.as_secs())
+        },
+    );
+    run_ok(&mut b.run(&unique_key("fold-warm"), &[], &["true"]));
+    let before = calls();
+    let script = format!("echo $DLOCK_FENCING_TOKEN > {}", marker.display());
+    run_ok(&mut b.run(&key, &[], &sh(&script)));
+    // (INFO's own call does not count: it is not a script.)
+    assert_eq!(calls() - before, 2, "the acquire and the release");
+    let token = wait_for_file(&marker, std::time::Duration::from_secs(5));
+    let start = r.cli(&["GET", &format!("dlock:{{{key}}}:lastrun")]);
+    let body: serde_json::Value =
+        serde_json::from_str(start.split_once(' ').expect("MS BODY").1).expect("JSON");
+    assert_eq!(body["ev"], "start");
+    assert_eq!(body["token"].to_string(), token, "{start}");
+    let runs = crate::history::log_json(&b, &key, 5);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["state"], "ended", "{runs:?}");
 }

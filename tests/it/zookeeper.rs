@@ -408,8 +408,10 @@ fn a_create_whose_reply_is_lost_leaves_no_duplicate_node() {
         ttl: Duration::from_secs(4),
         ..TestBackend::zookeeper(&format!("zk://127.0.0.1:{port}{root}"))
     };
-    // The parents first (persistent: never reaped), so that the first create is the lock node's.
+    // The parents first (persistent: never reaped), so that the first create is the lock node's
+    // (with the run's start in the same multi: the history's node must be there too).
     zk.mkdirs(&format!("{root}/dlock/k"));
+    zk.mkdirs(&format!("{root}/dlock-history/k"));
     assert!(!cut.load(std::sync::atomic::Ordering::SeqCst));
     let dir = scratch("lost-reply");
     let held = dir.join("held");
@@ -432,6 +434,16 @@ fn a_create_whose_reply_is_lost_leaves_no_duplicate_node() {
         zk.children(&format!("{root}/dlock/k")),
         Vec::<String>::new()
     );
+    // The start went with the node whose reply was lost: it is found (same czxid) and taken
+    // back, and the run's start is written once the lock is known to be ours — one start.
+    assert_eq!(
+        zk.children(&format!("{root}/dlock-history/k")).len(),
+        2,
+        "one start and one end"
+    );
+    let runs = crate::history::log_json(&b, "k", 5);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["state"], "ended", "{runs:?}");
 }
 
 #[test]

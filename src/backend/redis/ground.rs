@@ -6,6 +6,8 @@
 //! first command, which goes out behind a `CLIENT ID` ([`super::conn`]); the role and the
 //! eviction policy come back with a grant, read by the acquire script (`INFO` inside it, see
 //! lua/granted.lua). Only a connection that closes on that first command is looked at again.
+//! `?min-replicas=N` (too few replicas acknowledging a grant) is judged here too
+//! ([`RedisBackend::replicated`]).
 
 use std::fmt;
 use std::io;
@@ -13,8 +15,10 @@ use std::time::Duration;
 
 use redis::ConnectionInfo;
 
-use super::{Connection, Node};
+use super::{COMMAND_TIMEOUT, Connection, Keys, Node, RedisBackend};
+use crate::backend::Request;
 use crate::backend::ground::{Finding, warn_once};
+use crate::exit::Interrupted;
 use crate::exit::Unsound;
 
 /// What twemproxy lacks of what dlock needs (its `nc_redis.c` closes the connection on each).
@@ -209,6 +213,68 @@ pub(in crate::backend) fn judge_grant(addr: &str, seen: &Seen) -> anyhow::Result
         warn_once(&policy_finding(addr, policy, None));
     }
     Ok(())
+}
+
+impl RedisBackend {
+    /// `?min-replicas=N`: waits (`WAIT N`, at most a third of the TTL and 1 s) until N replicas
+    /// have the grant; if fewer do, gives the lock back and fails as [`Unreplicated`] (a waiting
+    /// run tries again within --wait; with --no-wait, exit 69). Every way out but success gives
+    /// the lock back, on a fresh connection: a signal ends the WAIT's read (see
+    /// [`crate::signals::interrupts_network_waits`]) and leaves `con` mid-reply, so a release on
+    /// it failed and Ctrl-C left the key held by a dead process for the rest of its TTL.
+    ///
+    /// A start the acquire script recorded with the grant (`entry`) is taken back first.
+    ///
+    /// [`Unreplicated`]: crate::exit::Unreplicated
+    pub(super) fn replicated(
+        &self,
+        con: &mut Connection,
+        keys: &Keys,
+        token: &str,
+        req: &Request<'_>,
+        entry: Option<&[u8]>,
+    ) -> anyhow::Result<()> {
+        let want = self.node.min_replicas;
+        let limit = (req.ttl / 3).min(Duration::from_secs(1));
+        let acked = con
+            .set_read_timeout(Some(limit + COMMAND_TIMEOUT))
+            .and_then(|()| {
+                redis::cmd("WAIT")
+                    .arg(want)
+                    .arg(limit.as_millis().max(1) as u64)
+                    .query::<u32>(con)
+            })
+            .and_then(|n| {
+                con.set_read_timeout(Some(COMMAND_TIMEOUT.min(req.ttl / 3)))?;
+                Ok(n)
+            });
+        if matches!(acked, Ok(n) if n >= want) {
+            return Ok(());
+        }
+        let signalled = req.interrupted();
+        if let Some(e) = entry
+            && let Ok(mut c) = self.node.connect(COMMAND_TIMEOUT.min(req.ttl / 3))
+        {
+            let _ = super::history::undo(&mut c, keys, e);
+        }
+        self.release_token(keys, token, req.mode, signalled.is_some());
+        if let Some(sig) = signalled {
+            return Err(Interrupted(sig).into());
+        }
+        let plural = if want == 1 { "replica" } else { "replicas" };
+        match acked {
+            Ok(n) => Err(crate::exit::Unreplicated(format!(
+                "{}: {n} of the {want} {plural} that ?min-replicas requires acknowledged the lock \
+                 within {}ms; it was given back (`INFO replication` lists the server's replicas)",
+                self.node.addr,
+                limit.as_millis()
+            ))
+            .into()),
+            Err(e) => Err(self
+                .node
+                .error(format!("waiting for replicas on {}", self.node.addr), e)),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ const RUN_LAST: &str = include_str!("lua/run_last.lua");
 /// longer one reads as over the cap).
 const READ_CAP: usize = MAX_EVENT_BYTES + 32;
 
-fn keep_ms(once_per: Option<Duration>) -> u64 {
+pub(super) fn keep_ms(once_per: Option<Duration>) -> u64 {
     // How long a key's history outlives its last write: a key unused for this long loses it.
     let keep = crate::history::retention::retention();
     let keep = once_per.map_or(keep, |d| d.max(keep));

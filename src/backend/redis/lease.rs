@@ -24,6 +24,9 @@ pub(super) struct RedisLease {
     pub(super) ttl: Duration,
     /// The fencing token, when the acquiring request was sent, any hold-back.
     pub(super) grant: Grant,
+    /// The acquire script recorded the run's start with the lock (lua/start.lua); with
+    /// `?min-replicas=N` its WAIT covered the start too.
+    pub(super) started: bool,
 }
 
 impl RedisLease {
@@ -112,6 +115,9 @@ impl Lease for RedisLease {
     ) -> anyhow::Result<crate::history::Begun> {
         if self.mode != Mode::Exclusive {
             return Ok(crate::history::Begun::NotKept);
+        }
+        if std::mem::take(&mut self.started) && once_per.is_none() {
+            return Ok(crate::history::Begun::Started);
         }
         let addr = self.node.addr.clone();
         let keys = self.keys.clone();

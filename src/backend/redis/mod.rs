@@ -43,6 +43,7 @@ pub(super) use self::scripts::{
     release_script, script,
 };
 use self::scripts::{STATUS_SHARED, mismatch, release_for, release_shared_script};
+use self::scripts::{acquire_starting, granted_entry};
 use self::sentinel::Sentinels;
 use self::waiter::{Waiter, forget_waiter};
 
@@ -268,58 +269,6 @@ impl RedisBackend {
         super::read_record(meta?.as_bytes())
     }
 
-    /// `?min-replicas=N`: waits (`WAIT N`, at most a third of the TTL and 1 s) until N replicas
-    /// have the grant; if fewer do, gives the lock back and fails as [`Unreplicated`] (a waiting
-    /// run tries again within --wait; with --no-wait, exit 69). Every way out but success gives
-    /// the lock back, on a fresh connection: a signal ends the WAIT's read (see
-    /// [`crate::signals::interrupts_network_waits`]) and leaves `con` mid-reply, so a release on
-    /// it failed and Ctrl-C left the key held by a dead process for the rest of its TTL.
-    ///
-    /// [`Unreplicated`]: crate::exit::Unreplicated
-    fn replicated(
-        &self,
-        con: &mut Connection,
-        keys: &Keys,
-        token: &str,
-        req: &Request<'_>,
-    ) -> anyhow::Result<()> {
-        let want = self.node.min_replicas;
-        let limit = (req.ttl / 3).min(Duration::from_secs(1));
-        let acked = con
-            .set_read_timeout(Some(limit + COMMAND_TIMEOUT))
-            .and_then(|()| {
-                redis::cmd("WAIT")
-                    .arg(want)
-                    .arg(limit.as_millis().max(1) as u64)
-                    .query::<u32>(con)
-            })
-            .and_then(|n| {
-                con.set_read_timeout(Some(COMMAND_TIMEOUT.min(req.ttl / 3)))?;
-                Ok(n)
-            });
-        if matches!(acked, Ok(n) if n >= want) {
-            return Ok(());
-        }
-        let signalled = req.interrupted();
-        self.release_token(keys, token, req.mode, signalled.is_some());
-        if let Some(sig) = signalled {
-            return Err(Interrupted(sig).into());
-        }
-        let plural = if want == 1 { "replica" } else { "replicas" };
-        match acked {
-            Ok(n) => Err(crate::exit::Unreplicated(format!(
-                "{}: {n} of the {want} {plural} that ?min-replicas requires acknowledged the lock \
-                 within {}ms; it was given back (`INFO replication` lists the server's replicas)",
-                self.node.addr,
-                limit.as_millis()
-            ))
-            .into()),
-            Err(e) => Err(self
-                .node
-                .error(format!("waiting for replicas on {}", self.node.addr), e)),
-        }
-    }
-
     /// Best effort, after a lost reply: if the lock is ours after all, give it back.
     /// Gives back whatever an acquire whose reply was lost may have taken with `token`: the lock
     /// (or a shared or slot entry, by `mode`), and its place in the waiter lists. After a signal,
@@ -383,6 +332,11 @@ impl Backend for RedisBackend {
         let meta = serde_json::to_string(req.holder)?;
         let ttl_ms = req.ttl.as_millis() as u64;
         let timeout = COMMAND_TIMEOUT.min(req.ttl / 3);
+        // The run's start, recorded by the acquire script when it takes the lock.
+        let start = req
+            .start
+            .filter(|_| req.mode == Mode::Exclusive)
+            .map(|o| o.body());
         // Through Sentinel, the sentinel that named the primary is asked again once the lock is
         // granted: if it names another one now, a failover is under way and the old primary's
         // grant is worth nothing (the new one may grant the lock to someone else).
@@ -405,16 +359,21 @@ impl Backend for RedisBackend {
                 None => MAX_BLOCK,
             };
             let sent = BootInstant::now();
-            let reply = acquire_script(
+            let mut entry = None;
+            let reply = acquire_starting(
                 &keys,
                 req.mode,
                 &token,
                 ttl_ms,
                 &meta,
                 slice.as_millis() as u64,
+                start,
             )
-            .invoke(&mut con)
-            .and_then(acquire_reply);
+            .invoke::<redis::Value>(&mut con)
+            .and_then(|v| {
+                entry = granted_entry(&v);
+                acquire_reply(v)
+            });
             let (acquired, value, seen) = match reply {
                 Ok(r) => {
                     // The server answered: a later transport failure is an outage.
@@ -432,10 +391,17 @@ impl Backend for RedisBackend {
                 return Err(mismatch(req, value));
             }
             if acquired == 1 {
+                // A grant given back below takes the start it recorded back first.
+                let undo = |con: &mut Connection| {
+                    if let Some(e) = &entry {
+                        let _ = history::undo(con, &keys, e);
+                    }
+                };
                 if let (Some(s), Some(sc)) = (&self.node.sentinel, sentinel.as_mut()) {
                     let here = con.addr().clone();
                     let named = s.named_addr(sc, &here);
                     if named.is_none_or(|n| n.to_string() != here.to_string()) {
+                        undo(&mut con);
                         let _: redis::RedisResult<i64> =
                             release_for(&keys, &token, req.mode).invoke(&mut con);
                         return Err(crate::exit::Outage(format!(
@@ -446,12 +412,13 @@ impl Backend for RedisBackend {
                     }
                 }
                 if let Err(e) = ground::judge_grant(&self.node.addr, &seen) {
+                    undo(&mut con);
                     let _: redis::RedisResult<i64> =
                         release_for(&keys, &token, req.mode).invoke(&mut con);
                     return Err(e);
                 }
                 if self.node.min_replicas > 0 {
-                    self.replicated(&mut con, &keys, &token, req)?;
+                    self.replicated(&mut con, &keys, &token, req, entry.as_deref())?;
                 }
                 let held_back_until = seen.up.and_then(|up| super::hold_back_until(up, req.ttl));
                 return Ok(Box::new(RedisLease {
@@ -466,6 +433,7 @@ impl Backend for RedisBackend {
                         acquired_at: sent,
                         held_back_until,
                     },
+                    started: entry.is_some(),
                 }));
             }
             if req.waited_out() {

@@ -16,6 +16,14 @@ use crate::model::Mode;
 /// Exclusive acquire (SET NX PX, fence, owner, waiter registration).
 pub(in crate::backend) const ACQUIRE: &str = concat!(
     include_str!("lua/granted.lua"),
+    include_str!("lua/no_start.lua"),
+    include_str!("lua/acquire.lua")
+);
+/// Exclusive acquire that records the run's start when it takes the lock (one script, one
+/// round trip: [`crate::backend::Request::start`]).
+const ACQUIRE_START: &str = concat!(
+    include_str!("lua/granted.lua"),
+    include_str!("lua/start.lua"),
     include_str!("lua/acquire.lua")
 );
 /// Shared lock or semaphore slot acquire.
@@ -114,11 +122,31 @@ pub(in crate::backend) fn acquire_script(
     meta: &str,
     slice_ms: u64,
 ) -> redis::ScriptInvocation<'static> {
+    acquire_starting(keys, mode, token, ttl_ms, meta, slice_ms, None)
+}
+
+/// [`acquire_script`]; with `start` (an exclusive lock's run's start event without its token),
+/// the script records it when it takes the lock (ACQUIRE_START) and its grant carries the entry
+/// ([`granted_entry`]).
+pub(in crate::backend) fn acquire_starting(
+    keys: &Keys,
+    mode: Mode,
+    token: &str,
+    ttl_ms: u64,
+    meta: &str,
+    slice_ms: u64,
+    start: Option<&[u8]>,
+) -> redis::ScriptInvocation<'static> {
     static ACQ: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+    static ACQ_START: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
     static ACQ_SHARED: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+    let start = start.filter(|_| mode == Mode::Exclusive);
     let mut inv = match mode {
         Mode::Exclusive => {
-            let mut inv = script(&ACQ, ACQUIRE).prepare_invoke();
+            let mut inv = match start {
+                Some(_) => script(&ACQ_START, ACQUIRE_START).prepare_invoke(),
+                None => script(&ACQ, ACQUIRE).prepare_invoke(),
+            };
             inv.key(&keys.lock)
                 .key(&keys.fence)
                 .key(&keys.owner)
@@ -146,7 +174,25 @@ pub(in crate::backend) fn acquire_script(
         inv.arg(mode.limit().unwrap_or(0)).arg(SIGNAL_TTL_MS);
     }
     inv.arg(crate::history::retention::retention_ms());
+    if let Some(body) = start {
+        inv.key(&keys.runs)
+            .key(&keys.lastrun)
+            .arg(body)
+            .arg(crate::history::MAX_EVENTS)
+            .arg(super::history::keep_ms(None));
+    }
     inv
+}
+
+/// The start entry a grant of ACQUIRE_START carries (see lua/start.lua), if any.
+pub(in crate::backend) fn granted_entry(reply: &Value) -> Option<Vec<u8>> {
+    match reply {
+        Value::Array(items) if matches!(items.first(), Some(Value::Int(1))) => match items.get(5) {
+            Some(Value::BulkString(b)) => Some(b.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// The error for ACQUIRE's `{-1, m}` reply.

@@ -63,8 +63,13 @@ pub(super) fn newest_first(children: &[String]) -> Vec<(i64, &str)> {
     events
 }
 
+/// An event as read. A start written with its lock node has no token in its body: its czxid,
+/// the lock node's, is the token, spliced in here.
 fn stored(mut data: Vec<u8>, stat: &Stat) -> Stored {
     data.truncate(MAX_BODY);
+    if let Ok(token) = u64::try_from(stat.czxid) {
+        data = crate::history::add_token(data, token);
+    }
     Stored {
         at_ms: u64::try_from(stat.ctime).ok(),
         body: data,
@@ -80,9 +85,14 @@ impl Place {
         }
     }
 
+    /// The path an event node is created at (the server appends the sequence).
+    pub(super) fn event_prefix(&self) -> String {
+        format!("{}/{EVENT}", self.parent)
+    }
+
     /// Creates `/dlock-history` (open to all to read, create and delete, as `/dlock`) and the
     /// key's node where missing.
-    async fn make_parents(&self, client: &Client) -> Result<(), ZkError> {
+    pub(super) async fn make_parents(&self, client: &Client) -> Result<(), ZkError> {
         let ancestors = [Acl::new(
             Permission::READ | Permission::CREATE | Permission::DELETE,
             AuthId::anyone(),
@@ -112,7 +122,7 @@ impl Place {
         client: &Client,
         body: &[u8],
     ) -> Result<(String, Stat, Result<Vec<String>, ZkError>), ZkError> {
-        let prefix = format!("{}/{EVENT}", self.parent);
+        let prefix = self.event_prefix();
         let options = CreateMode::PersistentSequential.with_acls(self.acls());
         for _ in 0..3 {
             let created = client.create(&prefix, body, &options);
@@ -127,13 +137,15 @@ impl Place {
         Err(ZkError::NoNode)
     }
 
-    /// Adds the start `body`; with `once_per`, first (by the server's clock) looks for a start
-    /// younger than that (see the module comment).
+    /// Adds the start `body` of the run holding the lock node created at zxid `held`; with
+    /// `once_per`, first (by the server's clock) looks for a start younger than that (see the
+    /// module comment).
     pub(super) async fn begin(
         &self,
         client: &Client,
         body: &[u8],
         once_per: Option<Duration>,
+        held: i64,
     ) -> anyhow::Result<Begun> {
         let (ours, stat, children) = self
             .add(client, body)
@@ -156,7 +168,7 @@ impl Place {
                 .map(|(_, n)| *n)
                 .take(MAX_EVENTS)
                 .collect();
-            if let Some(last) = self.last_start(client, &older).await? {
+            if let Some(last) = self.last_start(client, &older, held).await? {
                 let now = u64::try_from(stat.ctime).unwrap_or(0);
                 // A start more than DUR in the future (a leader whose clock was ahead, a forged
                 // node) does not count; one less far ahead counts as just now.
@@ -179,8 +191,49 @@ impl Place {
         Ok(Begun::Started)
     }
 
-    /// The newest start event among the event nodes `older` (newest first).
-    async fn last_start(&self, client: &Client, older: &[&str]) -> anyhow::Result<Option<Stored>> {
+    /// After a start written with the lock node: deletes the oldest events when `children`
+    /// (the history listed in the same round trip) holds too many. The deletes are sent and
+    /// not waited for (best effort, as [`Place::prune`]; the session answers them in order,
+    /// before its later requests).
+    pub(super) fn prune_behind(&self, client: &Client, children: &[String]) {
+        let events = newest_first(children);
+        if events.len() > MAX_EVENTS + SLACK {
+            for (_, name) in &events[MAX_EVENTS..] {
+                drop(client.delete(&format!("{}/{name}", self.parent), None));
+            }
+        }
+    }
+
+    /// The event node created at zxid `czxid` (a start written with a lock node whose reply
+    /// was lost), among the newest few.
+    pub(super) async fn find_created(&self, client: &Client, czxid: i64) -> Option<String> {
+        let children = op(client.list_children(&self.parent)).await.ok()?;
+        let paths: Vec<String> = newest_first(&children)
+            .iter()
+            .take(BATCH)
+            .map(|(_, n)| format!("{}/{n}", self.parent))
+            .collect();
+        let stats: Vec<_> = paths.iter().map(|p| client.check_stat(p)).collect();
+        for (path, stat) in paths.iter().zip(stats) {
+            if let Ok(Some(stat)) = op(stat).await
+                && stat.czxid == czxid
+            {
+                return Some(path.clone());
+            }
+        }
+        None
+    }
+
+    /// The newest start event among the event nodes `older` (newest first), for the holder of
+    /// the lock node created at zxid `ours`. A start without a token was written with its lock
+    /// node, so its czxid is that node's: one after ours is a run queued behind us, whose start
+    /// is being taken back ([`super::create`]), never a run that started.
+    async fn last_start(
+        &self,
+        client: &Client,
+        older: &[&str],
+        ours: i64,
+    ) -> anyhow::Result<Option<Stored>> {
         // The previous run's end, then its start: usually found in the first few.
         for batch in older.chunks(4) {
             let paths: Vec<String> = batch
@@ -191,9 +244,15 @@ impl Place {
             for read in reads {
                 match op(read).await {
                     Ok((data, stat)) => {
-                        let s = stored(data, &stat);
-                        if RunEvent::read(&s).is_some_and(|e| e.ev == "start") {
-                            return Ok(Some(s));
+                        let queued = stat.czxid > ours;
+                        let s = Stored {
+                            at_ms: u64::try_from(stat.ctime).ok(),
+                            body: data,
+                        };
+                        let counts = RunEvent::read(&s)
+                            .is_some_and(|e| e.ev == "start" && (e.token.is_some() || !queued));
+                        if counts {
+                            return Ok(Some(stored(s.body, &stat)));
                         }
                     }
                     Err(ZkError::NoNode) => {}

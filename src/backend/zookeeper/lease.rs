@@ -37,6 +37,8 @@ pub(super) struct ZkLease {
     pub(super) watch: Option<tokio::task::JoinHandle<()>>,
     /// Where the key's run history lives: exclusive leases only.
     pub(super) history: Option<Place>,
+    /// The run's start went with the lock node (one `multi`: [`super::create`]).
+    pub(super) started: bool,
 }
 
 impl Lease for ZkLease {
@@ -169,7 +171,12 @@ impl Lease for ZkLease {
         let (Some(history), Some(client)) = (self.history.as_ref(), self.client.as_ref()) else {
             return Ok(Begun::NotKept);
         };
-        self.rt.block_on(history.begin(client, start, once_per))
+        if std::mem::take(&mut self.started) && once_per.is_none() {
+            return Ok(Begun::Started);
+        }
+        let ours = self.grant.fence.and_then(|f| i64::try_from(f).ok());
+        self.rt
+            .block_on(history.begin(client, start, once_per, ours.unwrap_or(i64::MAX)))
     }
 
     fn release_with_end(self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
@@ -197,18 +204,27 @@ impl ZkLease {
                 close(client, Some(&self.path)).await;
                 return false;
             };
-            // The end and the delete leave together (one round trip; the waiter proceeds on
-            // the delete), then the session closes.
-            let prefix = format!("{}/e-", h.parent);
+            // The end and the delete are one transaction (one log write; the waiter proceeds on
+            // the delete), and the session's close goes right behind it: one round trip.
+            let prefix = h.event_prefix();
             let options = zookeeper_client::CreateMode::PersistentSequential.with_acls(h.acls());
-            let written = {
-                let created = client.create(&prefix, end, &options);
-                let deleted = client.delete(&self.path, None);
-                let (created, _) = tokio::join!(op(created), op(deleted));
-                created.is_ok()
-            };
-            close(client, None).await;
-            written
+            let mut multi = client.new_multi_writer();
+            if multi.add_create(&prefix, end, &options).is_err()
+                || multi.add_delete(&self.path, None).is_err()
+            {
+                close(client, Some(&self.path)).await;
+                return false;
+            }
+            let commit = multi.commit();
+            drop(multi);
+            let (committed, ()) = tokio::join!(
+                tokio::time::timeout(COMMAND_TIMEOUT, commit),
+                close(client, None)
+            );
+            // Neither happened when it failed (our node gone after a forced break, the history
+            // purged) or no answer came: the close deletes our node anyway, and the caller
+            // writes the end on a session of its own.
+            matches!(committed, Ok(Ok(_)))
         })
     }
 }

@@ -38,6 +38,7 @@
 //!   worker thread (a current-thread runtime would not answer the server's pings while dlock
 //!   waits for its command). The rest of dlock stays synchronous.
 
+mod create;
 mod ground;
 mod history;
 mod lease;
@@ -52,18 +53,18 @@ use std::time::Duration;
 
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
-use zookeeper_client::{Acl, Acls, AuthId, Client, CreateMode, CreateSequence, Permission, Stat};
+use zookeeper_client::{Acl, Acls, AuthId, Client, CreateMode, Permission, Stat};
 
 use super::{Backend, BreakHow, Broken, Lease, Reach, Request, escape_key};
 use crate::backend::Grant;
 use crate::clock::BootInstant;
-use crate::exit::{Busy, Interrupted, Unavailable, Usage};
+use crate::exit::{Busy, Interrupted, Usage};
 use crate::model::{BackendKind, Key};
 use crate::model::{Holder, Mode, Status};
 
 use self::lease::ZkLease;
-use self::queue::{Kind, blocked_by, compatible, holding, lock_queue, node_kind, uuid_v4};
-use self::session::{close, op, reconnected, retried};
+use self::queue::{Kind, blocked_by, compatible, holding, lock_queue};
+use self::session::{close, op, retried};
 use self::url::parse_url;
 use self::view::{dlock_record, holder_from};
 
@@ -196,86 +197,6 @@ impl ZkBackend {
         Ok(())
     }
 
-    /// Creates our ephemeral-sequential node under `parent`. After a connection loss the create
-    /// may have happened: look for our uuid (owned by our session) before trying again.
-    async fn create_node(
-        &self,
-        client: &Client,
-        parent: &str,
-        data: &[u8],
-        mode: Mode,
-    ) -> anyhow::Result<(OurNode, Option<Listing>)> {
-        let uuid = uuid_v4()?;
-        let kind = node_kind(mode);
-        let prefix = format!("{parent}/_c_{uuid}{kind}");
-        let options = CreateMode::EphemeralSequential.with_acls(self.acls());
-        let named = |seq: CreateSequence| format!("_c_{uuid}{kind}{seq}");
-        for _ in 0..10 {
-            // The listing is sent right behind the create, in one round trip: a session's
-            // requests are answered in order, so it includes our node.
-            let sent = BootInstant::now();
-            let created = client.create(&prefix, data, &options);
-            let listed = client.list_children(parent);
-            let (created, listed) = tokio::join!(op(created), op(listed));
-            match created {
-                Ok((stat, seq)) => {
-                    let node = OurNode {
-                        name: named(seq),
-                        stat,
-                    };
-                    return Ok((node, listed.ok().map(|children| (children, sent))));
-                }
-                Err(ZkError::NoNode) => self.make_parents(client, parent).await?,
-                Err(ZkError::ConnectionLoss) => {
-                    reconnected(client, client.session_timeout())
-                        .await
-                        .map_err(|e| self.fail("create a lock node", e))?;
-                    if let Some(node) = self.find_ours(client, parent, &uuid).await? {
-                        crate::report::verbose(format_args!(
-                            "the connection was lost during the create; found our node {}",
-                            node.name
-                        ));
-                        return Ok((node, None));
-                    }
-                    crate::report::verbose(format_args!(
-                        "the connection was lost during the create, which did not happen; again"
-                    ));
-                }
-                Err(e) => return Err(self.fail(&format!("create a lock node under {parent}"), e)),
-            }
-        }
-        Err(Unavailable(format!(
-            "{}: cannot create a lock node under {parent}: the connection keeps failing",
-            self.addr
-        ))
-        .into())
-    }
-
-    async fn find_ours(
-        &self,
-        client: &Client,
-        parent: &str,
-        uuid: &str,
-    ) -> anyhow::Result<Option<OurNode>> {
-        let children = match retried(client, || client.list_children(parent)).await {
-            Ok(c) => c,
-            Err(ZkError::NoNode) => return Ok(None),
-            Err(e) => return Err(self.fail("list the lock's queue", e)),
-        };
-        let mine = format!("_c_{uuid}");
-        for name in children.into_iter().filter(|c| c.starts_with(&mine)) {
-            let path = format!("{parent}/{name}");
-            match retried(client, || client.get_data(&path)).await {
-                Ok((_, stat)) if stat.ephemeral_owner == client.session_id().0 => {
-                    return Ok(Some(OurNode { name, stat }));
-                }
-                Ok(_) | Err(ZkError::NoNode) => {}
-                Err(e) => return Err(self.fail("read a lock node", e)),
-            }
-        }
-        Ok(None)
-    }
-
     /// The metadata of lock node `name` under `parent`, best effort.
     async fn holder_of(&self, client: &Client, parent: &str, name: &str) -> Option<Holder> {
         let (data, stat) = op(client.get_data(&format!("{parent}/{name}")))
@@ -316,22 +237,44 @@ impl ZkBackend {
         .into())
     }
 
-    /// Joins the queue and waits for our turn. Returns our node and when the request that showed
-    /// it first was sent.
+    /// Joins the queue and waits for our turn. Returns our node, when the request that showed
+    /// it first was sent, and whether the run's start went with it (`req.start`, see
+    /// [`create`]).
     async fn contend(
         &self,
         client: &Client,
         parent: &str,
         req: &Request<'_>,
         created: &mut Option<String>,
-    ) -> anyhow::Result<(OurNode, BootInstant)> {
+    ) -> anyhow::Result<(OurNode, BootInstant, bool)> {
         let data = serde_json::to_vec(req.holder)?;
-        let (mut ours, mut listing) = self.create_node(client, parent, &data, req.mode).await?;
+        let history = self.history(req.key);
+        let body = req
+            .start
+            .filter(|_| req.mode == Mode::Exclusive)
+            .map(|o| o.body());
+        let start = body.map(|body| create::Start {
+            place: &history,
+            body,
+        });
+        let made = self
+            .create_node(client, parent, &data, req.mode, start)
+            .await?;
+        let (mut ours, mut listing) = (made.node, made.listing);
         *created = Some(format!("{parent}/{}", ours.name));
+        // The start written with our node stands if the listing sent behind it shows the node
+        // first, else it is taken back before anything else.
+        let mut folded = made.start;
+        let mut started = false;
         let notify = Arc::new(Notify::new());
         let mut guard = None;
         let mut told = None::<String>;
         loop {
+            if listing.is_none()
+                && let Some((path, _)) = folded.take()
+            {
+                self.take_back(client, &path).await?;
+            }
             let (children, sent) = match listing.take() {
                 Some(listed) => listed,
                 None => {
@@ -344,12 +287,27 @@ impl ZkBackend {
                 }
             };
             let (queue, others) = lock_queue(children);
+            // (Still here only on the listing sent with the create.)
+            if let Some((path, events)) = folded.take() {
+                let first = queue.first().is_some_and(|e| e.name == ours.name);
+                if first && others.is_empty() {
+                    if let Some(events) = events {
+                        history.prune_behind(client, &events);
+                    }
+                    started = true;
+                } else {
+                    self.take_back(client, &path).await?;
+                }
+            }
             self.not_ours(parent, &others)?;
             let Some(pos) = queue.iter().position(|e| e.name == ours.name) else {
                 // Our node is gone while we waited (`dlock break` deletes the holder's node):
                 // join the queue again.
                 crate::report::verbose(format_args!("our lock node vanished; queueing again"));
-                (ours, listing) = self.create_node(client, parent, &data, req.mode).await?;
+                let made = self
+                    .create_node(client, parent, &data, req.mode, None)
+                    .await?;
+                (ours, listing) = (made.node, made.listing);
                 *created = Some(format!("{parent}/{}", ours.name));
                 continue;
             };
@@ -366,7 +324,7 @@ impl ZkBackend {
                 return Err(super::mode_mismatch(req.key, req.mode, &theirs.describe()));
             }
             let Some(blocker) = blocked_by(&queue, pos) else {
-                return Ok((ours, sent));
+                return Ok((ours, sent, started));
             };
             if req.waited_out() {
                 let holder = self.holder_of(client, parent, &queue[0].name).await;
@@ -480,7 +438,7 @@ impl Backend for ZkBackend {
         if let Some(sig) = req.interrupt.fired() {
             return Err(Interrupted(sig).into());
         }
-        let (client, ours, sent) = rt.block_on(async {
+        let (client, ours, sent, started) = rt.block_on(async {
             let client = tokio::select! {
                 client = self.connect(req.ttl) => client?,
                 _ = notify.notified() => return Err(Interrupted(req.interrupt.fired().unwrap_or(libc::SIGINT)).into()),
@@ -492,7 +450,7 @@ impl Backend for ZkBackend {
             }
             let mut created = None;
             match self.contend(&client, &parent, req, &mut created).await {
-                Ok((ours, sent)) => Ok((client, ours, sent)),
+                Ok((ours, sent, started)) => Ok((client, ours, sent, started)),
                 Err(e) => {
                     // Nothing stays queued: our node goes (closing the session would delete it
                     // too), and the session.
@@ -525,6 +483,7 @@ impl Backend for ZkBackend {
             watch: None,
             rt,
             history: (req.mode == Mode::Exclusive).then(|| self.history(req.key)),
+            started,
         }))
     }
 

@@ -7,7 +7,8 @@
 -- RDB snapshot) still hands out larger tokens; the owner hash gets the metadata. "Already mine"
 -- is success too (a retry after a lost reply). Live shared holders keep it out. On failure a
 -- waiting caller registers as a waiter and as a waiting writer (which keeps new shared holders
--- out). Replies: granted (see granted.lua); {0, ms} busy, look again within ms without a
+-- out). `started` (no_start.lua or start.lua, prepended) records the run's start with a lock
+-- SET NX took. Replies: granted (see granted.lua); {0, ms} busy, look again within ms without a
 -- wake-up; {-1, n} the key is held as a semaphore of n.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -38,7 +39,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   redis.call('ZREM', KEYS[4], ARGV[1])
   redis.call('ZREM', KEYS[6], ARGV[1])
-  return granted(fence)
+  return granted(fence, started(fence, now))
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('ZREM', KEYS[4], ARGV[1])

@@ -2192,9 +2192,12 @@ impl<'a> MultiWriter<'a> {
     ///
     /// # Notable errors
     /// * [Error::BadVersion] if check version failed.
+    // dlock: the future owns what it needs (a copy of the chroot) instead of borrowing the
+    // client, so that the client can be dropped (closing the session) while it waits for the
+    // reply; the request is sent, in order, before this returns.
     pub fn commit(
         &mut self,
-    ) -> impl Future<Output = std::result::Result<Vec<MultiWriteResult>, MultiWriteError>> + Send + 'a {
+    ) -> impl Future<Output = std::result::Result<Vec<MultiWriteResult>, MultiWriteError>> + Send + 'static {
         let request = self.build_request();
         Client::resolve(self.commit_internally(request))
     }
@@ -2204,14 +2207,14 @@ impl<'a> MultiWriter<'a> {
         &self,
         request: MarshalledRequest,
     ) -> Result<
-        Either<impl Future<Output = Result<Vec<MultiWriteResult>, MultiWriteError>> + Send + 'a, Vec<MultiWriteResult>>,
+        Either<impl Future<Output = Result<Vec<MultiWriteResult>, MultiWriteError>> + Send + 'static, Vec<MultiWriteResult>>,
         MultiWriteError,
     > {
         if request.is_empty() {
             return Ok(Right(Vec::default()));
         }
         let receiver = self.client.send_marshalled_request(request);
-        let client = self.client;
+        let root = self.client.chroot.root().to_string();
         Ok(Left(async move {
             let (body, _) = receiver.await?;
             let response = record::unmarshal::<Vec<MultiWriteResponse>>(&mut body.as_slice())?;
@@ -2222,7 +2225,7 @@ impl<'a> MultiWriter<'a> {
                     MultiWriteResponse::Check => results.push(MultiWriteResult::Check),
                     MultiWriteResponse::Delete => results.push(MultiWriteResult::Delete),
                     MultiWriteResponse::Create { mut path, stat } => {
-                        path = util::strip_root_path(path, client.chroot.root())?;
+                        path = util::strip_root_path(path, &root)?;
                         results.push(MultiWriteResult::Create { path: path.to_string(), stat });
                     },
                     MultiWriteResponse::SetData { stat } => results.push(MultiWriteResult::SetData { stat }),
