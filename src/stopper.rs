@@ -10,8 +10,8 @@
 //!    signal to dlock is forwarded to the command instead).
 //! 2. **The grace**: SIGKILL at its end or at the lease's deadline, whichever comes first,
 //!    however the stop began (the tree must be gone before the lease could run out; renewals
-//!    go on during the grace and move the deadline). A loss cuts the grace short
-//!    ([`Stopping::lost`]).
+//!    go on during the grace and move the deadline). A loss never lengthens the grace, and one
+//!    found when the lease is already over ends it at once ([`Stopping::lost`]).
 //! 3. **SIGKILL**, again every [`KILL_ROUND`] until the tree is gone: a process forked during
 //!    one scan is caught by the next.
 //! 4. **Cannot be killed**: a process still there a second after the first SIGKILL outlives it —
