@@ -382,10 +382,11 @@ impl ZkBackend {
     }
 }
 
-impl Backend for ZkBackend {
-    /// The children of `/dlock`: each is an escaped key.
-    fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
-        let root = format!("{}/{ROOT}", self.chroot);
+impl ZkBackend {
+    /// The keys a node below the chroot has as children (each an escaped key; at most
+    /// `MAX_LISTED`); none when the node is missing.
+    fn keys_below(&self, node: &str) -> anyhow::Result<Vec<Key>> {
+        let root = format!("{}/{node}", self.chroot);
         self.admin(
             async |client| match retried(client, || client.list_children(&root)).await {
                 Ok(children) => Ok(children
@@ -398,21 +399,17 @@ impl Backend for ZkBackend {
             },
         )
     }
+}
+
+impl Backend for ZkBackend {
+    /// The children of `/dlock`: each is an escaped key.
+    fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
+        self.keys_below(ROOT)
+    }
 
     /// The children of `/dlock-history`: each is an escaped key.
     fn history_keys(&self) -> anyhow::Result<Vec<Key>> {
-        let root = format!("{}/{ROOT}-history", self.chroot);
-        self.admin(
-            async |client| match retried(client, || client.list_children(&root)).await {
-                Ok(children) => Ok(children
-                    .iter()
-                    .filter_map(|c| super::unescape_key(c))
-                    .take(super::MAX_LISTED)
-                    .collect()),
-                Err(ZkError::NoNode) => Ok(Vec::new()),
-                Err(e) => Err(self.fail(&format!("list {root}"), e)),
-            },
-        )
+        self.keys_below(&format!("{ROOT}-history"))
     }
 
     fn kind(&self) -> BackendKind {
