@@ -302,3 +302,29 @@ fn help_fits_80_columns_and_examples_stand_whole() {
         assert!(c.starts_with("dlock ") || c.starts_with("eval "), "{c:?}");
     }
 }
+
+/// A grant given back (here: too few replicas) takes the start it recorded back without taking
+/// the previous run's with it: `--once-per` reads the newest start from `lastrun`, and the
+/// take-back used to delete it, so a run an hour's `--once-per` had to skip ran again.
+#[test]
+fn a_grant_given_back_leaves_the_previous_start_to_once_per() {
+    let Some(url) = shared_redis() else {
+        return;
+    };
+    let key = unique_key("given-back-lastrun");
+    let plain = TestBackend::redis(&url);
+    run_ok(&mut plain.run(&key, &["--once-per", "1h"], &["true"]));
+    let with = TestBackend::redis(&format!("{url}?min-replicas=1"));
+    run_code(
+        with.cmd("run")
+            .args(["--ttl", "3s", "--no-wait", "-k", &key, "--", "true"]),
+        69,
+    );
+    let out = output(&mut plain.run(&key, &["--once-per", "1h"], &["true"]));
+    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+    assert!(
+        one_error_line(&out).contains("skipped: "),
+        "{}",
+        describe(&out)
+    );
+}

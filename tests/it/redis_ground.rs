@@ -350,3 +350,103 @@ fn a_redis_run_records_its_start_in_the_acquire() {
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0]["state"], "ended", "{runs:?}");
 }
+
+/// A TCP proxy to `upstream` that, once, forwards the acquire that carries a run's start and
+/// drops the server's reply (one with `-NOSCRIPT` excepted: the script did not run), cutting the connection: the script
+/// ran, its answer never came. Returns the proxy's port and whether the cut happened.
+fn proxy_losing_a_starting_acquire_reply(
+    upstream: u16,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let cut = Arc::new(AtomicBool::new(false));
+    let armed = Arc::new(AtomicBool::new(false));
+    let flag = cut.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (mut s_in, mut c_out) = (server, client);
+            let (cut_up, armed_up) = (cut.clone(), armed.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = c_in.read(&mut buf) {
+                    let chunk = &buf[..n];
+                    if n == 0 {
+                        break;
+                    }
+                    if !cut_up.load(Ordering::SeqCst)
+                        && chunk.windows(12).any(|w| w == br#""ev":"start""#)
+                    {
+                        armed_up.store(true, Ordering::SeqCst);
+                    }
+                    if s_out.write_all(chunk).is_err() {
+                        break;
+                    }
+                }
+                let _ = s_out.shutdown(Shutdown::Write);
+            });
+            let (cut, armed) = (cut.clone(), armed.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = s_in.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let noscript = buf[..n].windows(9).any(|w| w == b"-NOSCRIPT");
+                    if armed.swap(false, Ordering::SeqCst) && !noscript {
+                        cut.store(true, Ordering::SeqCst);
+                        let _ = c_out.shutdown(Shutdown::Both);
+                        let _ = s_in.shutdown(Shutdown::Both);
+                        return;
+                    }
+                    if c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = c_out.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    (port, flag)
+}
+
+/// An acquire whose reply is lost gives back what it may have taken — the lock, and the run's
+/// start its script recorded with it: no run that never happened is left in the history (it
+/// read as killed, and `--once-per` skipped on it).
+#[test]
+fn a_lost_acquire_reply_takes_its_start_back() {
+    let Some(r) = Redis::start(&[]) else {
+        return;
+    };
+    let (port, cut) = proxy_losing_a_starting_acquire_reply(r.port);
+    let key = unique_key("lost-fold");
+    let b = TestBackend::redis(&format!("redis://127.0.0.1:{port}"));
+    let out = output(&mut b.run(&key, &["--no-wait"], &["true"]));
+    assert!(
+        cut.load(std::sync::atomic::Ordering::SeqCst),
+        "the proxy never cut: {}",
+        describe(&out)
+    );
+    assert_ne!(out.status.code(), Some(0), "{}", describe(&out));
+    let history = [
+        format!("dlock:{{{key}}}:runs"),
+        format!("dlock:{{{key}}}:lastrun"),
+    ];
+    assert_eq!(
+        r.cli(&[
+            "EXISTS",
+            &format!("dlock:{{{key}}}"),
+            &history[0],
+            &history[1]
+        ]),
+        "0",
+        "{}",
+        describe(&out)
+    );
+}

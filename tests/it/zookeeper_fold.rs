@@ -147,3 +147,40 @@ fn zookeeper_once_per_ignores_the_start_of_a_run_queued_behind_it() {
     assert_eq!(out.status.code(), Some(9), "{}", describe(&out));
     assert!(!ran.exists(), "a start made before our node counts");
 }
+
+/// A key's history node the run may not write to (made by other credentials, or read-only)
+/// costs the run its start, never its lock: the lock node's transaction fails as a whole, so the
+/// node is created again without the start, and the run goes on with the warning it had before
+/// the start went into that transaction. (It ended in exit 69, "not authorized to create a lock
+/// node".)
+#[test]
+fn zookeeper_a_history_it_may_not_write_does_not_cost_the_lock() {
+    let Some(zk) = shared_zookeeper() else { return };
+    let b = TestBackend::zookeeper(&zk.url());
+    let key = unique_key("zk-fold-noauth");
+    zk.mkdirs("/dlock-history");
+    zk.with_client(async |client| {
+        use zookeeper_client::{Acl, Acls, AuthId, CreateMode, Permission};
+        let read = [Acl::new(Permission::READ, AuthId::anyone())];
+        client
+            .create(
+                &format!("/dlock-history/{key}"),
+                &[],
+                &CreateMode::Persistent.with_acls(Acls::new(&read)),
+            )
+            .await
+            .expect("create a read-only history node");
+    });
+    let dir = scratch("zk-fold-noauth");
+    let ran = dir.join("ran");
+    let out = output(&mut b.run(&key, &[], &["touch", ran.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(ran.exists(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot record the run in the history"),
+        "{}",
+        describe(&out)
+    );
+    assert!(b.is_free(&key));
+}

@@ -131,6 +131,28 @@ pub(in crate::backend) fn undo(
     Ok(())
 }
 
+/// After an acquire whose reply was lost: takes back ([`undo`]) the start of run `id` that the
+/// acquire script may have recorded with the lock. Nobody else writes a start while the lock is
+/// ours, so it is among the newest entries if it is anywhere.
+pub(in crate::backend) fn undo_run(
+    con: &mut Connection,
+    keys: &Keys,
+    id: &str,
+) -> redis::RedisResult<()> {
+    let newest: Vec<Vec<u8>> = redis::cmd("LRANGE")
+        .arg(&keys.runs)
+        .arg(0)
+        .arg(3)
+        .query(con)?;
+    for entry in newest {
+        let read = Stored::from_line(&entry[..entry.len().min(READ_CAP)]);
+        if crate::history::RunEvent::read(&read).is_some_and(|e| e.ev == "start" && e.run == id) {
+            return undo(con, keys, &entry);
+        }
+    }
+    Ok(())
+}
+
 /// `release_end`: the end, then the release (release.lua's reply: 1 released, 0 not ours).
 pub(in crate::backend) fn release_end(
     con: &mut Connection,

@@ -283,6 +283,14 @@ impl RedisBackend {
         }
     }
 
+    /// Takes back the start of run `id` an acquire whose reply was lost may have recorded.
+    fn take_back_start(&self, keys: &Keys, id: &str, signalled: bool) {
+        let _quiet = signalled.then(crate::signals::giving_back);
+        if let Ok(mut con) = self.cleanup_connection(signalled) {
+            let _ = history::undo_run(&mut con, keys, id);
+        }
+    }
+
     /// Takes a waiter that gives up off the waiter lists: on `con`, or on a new connection if
     /// `con` failed (a request a signal ended leaves it closed).
     fn forget(&self, con: &mut Connection, keys: &Keys, token: &str, signalled: bool) {
@@ -381,8 +389,14 @@ impl Backend for RedisBackend {
                     r
                 }
                 Err(e) => {
-                    // The outcome is unknown: the lock may be ours. Give it back before failing.
-                    self.release_token(&keys, &token, req.mode, req.interrupted().is_some());
+                    // The outcome is unknown: the lock may be ours, and with it the run's start.
+                    // Give both back before failing (the start first, while the lock keeps
+                    // others' starts out).
+                    let signalled = req.interrupted().is_some();
+                    if let Some(o) = req.start.filter(|_| start.is_some()) {
+                        self.take_back_start(&keys, &o.id, signalled);
+                    }
+                    self.release_token(&keys, &token, req.mode, signalled);
                     return Err(self.node.error(self.node.addr.clone(), e));
                 }
             };

@@ -50,6 +50,9 @@ enum Failure {
     NoHistoryParent,
     /// The reply was lost: the create may have happened.
     Lost,
+    /// An operation on the history failed (its node is another user's, or read-only): the
+    /// transaction did nothing, and the start must not cost the lock.
+    History(ZkError),
     Other(ZkError),
 }
 
@@ -63,6 +66,15 @@ impl From<ZkError> for Failure {
     }
 }
 
+/// After the history refused the start `e`: none goes with the lock node (the lease's
+/// `begin_run` writes it as without the fold, and says so when it cannot).
+fn without_start(e: &ZkError) -> Option<Start<'static>> {
+    crate::report::verbose(format_args!(
+        "the history refused the start written with the lock node ({e}); the node alone"
+    ));
+    None
+}
+
 /// A multi's outcome in one error type, bounded as [`op`] bounds one request.
 async fn committed(
     commit: impl Future<Output = Result<Vec<MultiWriteResult>, MultiWriteError>>,
@@ -74,6 +86,11 @@ async fn committed(
             index: 1,
             source: ZkError::NoNode,
         })) => Err(Failure::NoHistoryParent),
+        Ok(Err(MultiWriteError::OperationFailed { index: 1.., source }))
+            if !matches!(source, ZkError::ConnectionLoss) =>
+        {
+            Err(Failure::History(source))
+        }
         Ok(Err(MultiWriteError::OperationFailed { source, .. })) => Err(source.into()),
         Ok(Err(MultiWriteError::RequestFailed { source })) => Err(source.into()),
     }
@@ -102,7 +119,7 @@ impl ZkBackend {
         parent: &str,
         data: &[u8],
         mode: Mode,
-        start: Option<Start<'_>>,
+        mut start: Option<Start<'_>>,
     ) -> anyhow::Result<Created> {
         let uuid = uuid_v4()?;
         let kind = node_kind(mode);
@@ -136,13 +153,14 @@ impl ZkBackend {
                 Ok(made) => return Ok(made),
                 Err(Failure::NoLockParent) => self.make_parents(client, parent).await?,
                 Err(Failure::NoHistoryParent) => {
-                    if let Some(s) = start {
-                        s.place
-                            .make_parents(client)
-                            .await
-                            .map_err(|e| self.fail("create the history's node", e))?;
+                    if let Some(s) = start
+                        && let Err(e) = s.place.make_parents(client).await
+                    {
+                        // As a history that refuses the start: the lock goes on without it.
+                        start = without_start(&e);
                     }
                 }
+                Err(Failure::History(e)) => start = without_start(&e),
                 Err(Failure::Lost) => {
                     reconnected(client, client.session_timeout())
                         .await
