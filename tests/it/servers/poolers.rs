@@ -132,8 +132,10 @@ impl Pooler {
 impl Drop for Pooler {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            // SAFETY: plain kill of our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGKILL) };
+            // Its whole process group (spawn_server made one): pgpool-II's workers outlive a
+            // SIGKILL of their parent and stayed behind, holding their ports, after a test run.
+            // SAFETY: plain kill of our own child's process group.
+            unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
             let _ = c.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
