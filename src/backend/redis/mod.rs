@@ -283,12 +283,30 @@ impl RedisBackend {
         }
     }
 
-    /// Takes back the start of run `id` an acquire whose reply was lost may have recorded.
-    fn take_back_start(&self, keys: &Keys, id: &str, signalled: bool) {
+    /// Gives back what an acquire whose reply was lost may have taken: the start of run
+    /// `start` its script may have recorded (first, while the lock keeps others' starts out),
+    /// then the lock. One connection: a server that does not answer the first costs one
+    /// command's timeout, not one per step (the lock's own TTL ends it then).
+    fn give_back(
+        &self,
+        keys: &Keys,
+        token: &str,
+        mode: Mode,
+        start: Option<&str>,
+        signalled: bool,
+    ) {
         let _quiet = signalled.then(crate::signals::giving_back);
-        if let Ok(mut con) = self.cleanup_connection(signalled) {
-            let _ = history::undo_run(&mut con, keys, id);
+        let Ok(mut con) = self.cleanup_connection(signalled) else {
+            return;
+        };
+        if let Some(id) = start
+            && history::undo_run(&mut con, keys, id)
+                .is_err_and(|e| e.is_timeout() || e.is_io_error())
+        {
+            return;
         }
+        let _: redis::RedisResult<i64> = release_for(keys, token, mode).invoke(&mut con);
+        let _ = forget_waiter(&mut con, keys, token);
     }
 
     /// Takes a waiter that gives up off the waiter lists: on `con`, or on a new connection if
@@ -393,10 +411,8 @@ impl Backend for RedisBackend {
                     // Give both back before failing (the start first, while the lock keeps
                     // others' starts out).
                     let signalled = req.interrupted().is_some();
-                    if let Some(o) = req.start.filter(|_| start.is_some()) {
-                        self.take_back_start(&keys, &o.id, signalled);
-                    }
-                    self.release_token(&keys, &token, req.mode, signalled);
+                    let ours = req.start.filter(|_| start.is_some()).map(|o| o.id.as_str());
+                    self.give_back(&keys, &token, req.mode, ours, signalled);
                     return Err(self.node.error(self.node.addr.clone(), e));
                 }
             };
