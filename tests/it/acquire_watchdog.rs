@@ -239,6 +239,7 @@ fn a_group_the_owner_never_led_is_not_signalled_when_its_number_is_reused() {
     std::os::unix::process::CommandExt::process_group(&mut parent, 0);
     let parent = Proc::spawn(&mut parent);
     let owner: i32 = wait_for_file(&f, Duration::from_secs(5)).parse().unwrap();
+    let owner_start = start_ticks(owner).expect("the owner's start time");
     let out = run_ok(crate::acquire::cmd(&b, "acquire").args([
         "-k",
         &key,
@@ -257,7 +258,7 @@ fn a_group_the_owner_never_led_is_not_signalled_when_its_number_is_reused() {
         !Path::new(&format!("/proc/{owner}")).exists()
     });
     parent.wait(Duration::from_secs(5));
-    let mut stranger = stranger_with_pid(owner);
+    let mut stranger = stranger_with_pid(owner, owner_start);
     // SAFETY: kill takes two integers; `holder` is this test's stopped holder.
     unsafe { libc::kill(holder, libc::SIGCONT) };
     wait_until(
@@ -417,6 +418,7 @@ fn owner_exits_while_the_holder_is_frozen_and_a_stranger_takes_its_group(kill_ho
     std::os::unix::process::CommandExt::process_group(&mut sleep, 0);
     let mut owner = sleep.spawn().unwrap();
     let pid = owner.id() as i32;
+    let owner_start = start_ticks(pid).expect("the owner's start time");
     let out = run_ok(crate::acquire::cmd(&b, "acquire").args([
         "-k",
         &key,
@@ -440,7 +442,7 @@ fn owner_exits_while_the_holder_is_frozen_and_a_stranger_takes_its_group(kill_ho
         "the watchdog to forget the owner",
         || pidfds > 0 && pidfds_of(watchdog) == pidfds - 1,
     );
-    let mut stranger = stranger_with_pid(pid);
+    let mut stranger = stranger_with_pid(pid, owner_start);
     let sig = if kill_holder {
         libc::SIGKILL
     } else {
@@ -459,9 +461,20 @@ fn owner_exits_while_the_holder_is_frozen_and_a_stranger_takes_its_group(kill_ho
     assert!(survived, "group {pid}, a stranger's, was signalled");
 }
 
+/// A process's start time, in clock ticks since boot (`/proc/PID/stat`'s 22nd field).
+fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, fields) = stat.rsplit_once(')')?;
+    fields.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// A process of another session (`setsid sleep 60`) given `pid` through `ns_last_pid` (root; a
-/// few tries, since a parallel test may take the pid first), leading its own group `pid`.
-fn stranger_with_pid(pid: i32) -> std::process::Child {
+/// few tries, since a parallel test may take the pid first), leading its own group `pid` —
+/// and started in a later clock tick than the owner (`owner_start`). A process is known by its
+/// pid and its start time, whose unit is a tick (10 ms): a pid handed out again within the same
+/// tick, which only `ns_last_pid` can do, would be the same process to anyone (it was, once, in
+/// CI: the stranger started in the owner's tick and was taken for it).
+fn stranger_with_pid(pid: i32, owner_start: u64) -> std::process::Child {
     let mut stranger = None;
     for _ in 0..200 {
         std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
@@ -469,7 +482,7 @@ fn stranger_with_pid(pid: i32) -> std::process::Child {
             .args(["sleep", "60"])
             .spawn()
             .unwrap();
-        if child.id() as i32 == pid {
+        if child.id() as i32 == pid && start_ticks(pid).is_some_and(|t| t != owner_start) {
             stranger = Some(child);
             break;
         }
