@@ -455,10 +455,13 @@ fn owner_exits_while_the_holder_is_frozen_and_a_stranger_takes_its_group(kill_ho
         "the holder and watchdog to exit",
         || !alive(watchdog) && !alive(holder),
     );
-    let survived = stranger.try_wait().unwrap().is_none();
+    let ended = stranger.try_wait().unwrap();
     let _ = stranger.kill();
     let _ = stranger.wait();
-    assert!(survived, "group {pid}, a stranger's, was signalled");
+    assert!(
+        ended.is_none(),
+        "group {pid}, a stranger's, was signalled: the stranger {ended:?}"
+    );
 }
 
 /// A process's start time, in clock ticks since boot (`/proc/PID/stat`'s 22nd field).
