@@ -169,7 +169,7 @@ fn run_keeps_the_lock_while_a_process_it_cannot_kill_lives() {
     .uid(65534)
     .gid(65534);
     let p = Proc::spawn(&mut run);
-    let root: i32 = wait_for_file(&pid_file, Duration::from_secs(10))
+    let root: i32 = wait_for_file(&pid_file, Duration::from_secs(30))
         .parse()
         .unwrap();
     let _root = KillOnDrop(root);
