@@ -203,10 +203,15 @@ impl Guard {
                 self.tell(from_guard::LEFTOVERS, 0);
                 self.kick();
             }
-            if let Some(f) = family.as_mut().filter(|_| self.killing) {
+            if self.watching && self.killing {
+                // Made here too, not only at the top: the deadline (above) starts a watchdog's
+                // killing in this round. (A watchdog has no child: the command guardian's
+                // branch below once sent its SIGKILL to pid 0 — the watchdog's own group —
+                // and it died at the deadline, killing nobody.)
+                let f = family.get_or_insert_with(Family::new);
                 self.kill_watched(f);
             } else if self.killing {
-                if self.status.is_none() {
+                if self.status.is_none() && self.child > 0 {
                     // Our unreaped child: by pid, in case /proc cannot list our children.
                     let _ = raw::kill(self.child, libc::SIGKILL);
                 }
@@ -324,8 +329,8 @@ impl Guard {
             }
         }
         if self.group > 1 {
-            let _ = raw::kill(self.group.saturating_neg(), libc::SIGKILL);
-            let _ = raw::kill(self.group.saturating_neg(), libc::SIGCONT);
+            let _ = raw::kill_group(self.group, libc::SIGKILL);
+            let _ = raw::kill_group(self.group, libc::SIGCONT);
         }
         self.killed = self.killed.saturating_add(1);
     }

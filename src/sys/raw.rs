@@ -222,10 +222,32 @@ pub(crate) fn reap_one() -> Result<Option<(i32, i32)>, Errno> {
     Ok(Some((pid, raw)))
 }
 
-/// `kill(pid, sig)`.
+/// `kill(pid, sig)` to the one process `pid`. A `pid` of 0 or less is refused (`EINVAL`):
+/// to `kill(2)` it means the caller's own process group (0), every process it may signal
+/// (−1) or a group (−N) — a watchdog once SIGKILLed its own group through an unset pid of 0.
+/// Groups go through [`kill_group`].
 pub(crate) fn kill(pid: i32, sig: i32) -> Result<(), Errno> {
+    if pid <= 0 {
+        return Err(libc::EINVAL);
+    }
     // SAFETY: kill takes two integers.
     unsafe { call(libc::SYS_kill, [pid as usize, sig as usize, 0, 0, 0, 0]) }.map(|_| ())
+}
+
+/// `kill(-group, sig)`: every process of process group `group`. Groups 0 (the caller's own)
+/// and 1 (init's) are refused (`EINVAL`), as is a negative number.
+pub(crate) fn kill_group(group: i32, sig: i32) -> Result<(), Errno> {
+    if group <= 1 {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: kill takes two integers; -group is a group, never 0 or -1 here.
+    unsafe {
+        call(
+            libc::SYS_kill,
+            [group.wrapping_neg() as usize, sig as usize, 0, 0, 0, 0],
+        )
+    }
+    .map(|_| ())
 }
 
 /// `pidfd_open(pid, 0)` (Linux ≥ 5.3).
@@ -395,6 +417,22 @@ pub(crate) fn exit(code: i32) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kill_signals_one_process_and_kill_group_a_group_never_our_own_or_everyone() {
+        // Signal 0 only checks: what matters is that these never reach kill(2).
+        for pid in [0, -1, -2, i32::MIN] {
+            assert_eq!(kill(pid, 0), Err(libc::EINVAL), "kill({pid})");
+        }
+        for group in [1, 0, -1, i32::MIN] {
+            assert_eq!(
+                kill_group(group, 0),
+                Err(libc::EINVAL),
+                "kill_group({group})"
+            );
+        }
+        assert_eq!(kill(getpid(), 0), Ok(()));
+    }
 
     #[test]
     fn errors_come_back_as_numbers_and_errno_is_untouched() {

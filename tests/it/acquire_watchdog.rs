@@ -145,6 +145,46 @@ pub(crate) fn kill_9_of_the_watchdog_gets_a_new_one_and_the_lock_is_kept(b: &Tes
     kill_holder_and_check_the_waiter(b, &key, &dir, o.holder, child);
 }
 
+/// The holder frozen (SIGSTOP) past its lease: its watchdog, at the lease's deadline, kills
+/// the owner's group (its SIGTERM-ignoring child included) before a waiter's command can start.
+/// Before, the watchdog's kill at the deadline went to pid 0 — its own process group — and it
+/// died killing nobody: the owner ran on beside the next holder (found by the fault campaign).
+pub(crate) fn a_holder_frozen_past_its_lease_has_the_owners_group_killed_before_a_waiter_starts(
+    b: &TestBackend,
+) {
+    let key = unique_key("wd-frozen");
+    let dir = scratch("wd-frozen");
+    let (o, child) = owner_with_stubborn_child(b, &key, &dir, Shape::OwnGroup);
+    let seen = dir.join("seen");
+    let script = format!(
+        "s=$(cut -d' ' -f3 /proc/{child}/stat 2>/dev/null); echo \"${{s:-gone}}\" > {f}.tmp; \
+         mv {f}.tmp {f}",
+        f = seen.display()
+    );
+    let watchdog = watchdog_of(o.holder).expect("the holder has a watchdog");
+    // SAFETY: kill takes two integers; `o.holder` is the live holder of this test's lock.
+    unsafe { libc::kill(o.holder, libc::SIGSTOP) };
+    let waiter = Proc::spawn(&mut b.run(&key, &["--wait", "60s"], &sh(&script)));
+    let state = wait_for_file(&seen, b.ttl + Duration::from_secs(30));
+    // SAFETY: as above; the holder is ours (stopped, not reaped: it cannot have been recycled).
+    unsafe { libc::kill(o.holder, libc::SIGCONT) };
+    assert!(
+        state == "Z" || state == "X" || state == "gone",
+        "the waiter's command started while the frozen holder's owner's child ({child}) ran \
+         (state {state}; the watchdog {watchdog} is {})",
+        if alive(watchdog) { "alive" } else { "gone" }
+    );
+    let (out, _) = waiter.wait(Duration::from_secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+    let (out, _) = o.p.wait(Duration::from_secs(10));
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "{}",
+        describe(&out)
+    );
+}
+
 /// Expands to one `#[test]` per watchdog case for a backend.
 macro_rules! watchdog {
     ($make:expr; $($case:ident),* $(,)?) => {
@@ -190,6 +230,20 @@ mod redis {
         };
         kill_9_of_the_holder_kills_the_owners_group_before_a_waiter_starts,
         kill_9_of_the_holder_kills_a_child_in_a_session_of_its_own,
+        a_holder_frozen_past_its_lease_has_the_owners_group_killed_before_a_waiter_starts,
+    );
+}
+
+/// MariaDB: a frozen holder's session outlives its lease until the server's `wait_timeout`
+/// (set from `--ttl`) ends it.
+mod mysql {
+    use super::*;
+    watchdog!(
+        match crate::servers::shared_mariadb() {
+            Some(m) => TestBackend::mysql(&m.url()),
+            None => return,
+        };
+        a_holder_frozen_past_its_lease_has_the_owners_group_killed_before_a_waiter_starts,
     );
 }
 
