@@ -28,6 +28,9 @@ pub enum Event {
     RenewFailed(String),
     /// The backend says the lease is gone.
     Lost(String),
+    /// The backend says the lock is already free on the server (its session's connection
+    /// ended): as `Lost`, but what runs under it is SIGKILLed at once ([`crate::backend::Loss`]).
+    Freed(String),
     /// For `dlock acquire`'s holder process (never sent during a `dlock run`).
     Holder(HolderEvent),
 }

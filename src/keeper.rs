@@ -9,7 +9,7 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::backend::{Lease, RenewError};
+use crate::backend::{Lease, Loss, RenewError};
 use crate::clock::{BootInstant, drift_margin};
 use crate::events::{Event, Events};
 use crate::report;
@@ -60,7 +60,12 @@ impl Keeper {
     /// Takes charge of `lease`; events (renewals, loss) will go to the supervisor.
     pub fn new(mut lease: Box<dyn Lease>, events: Events) -> Keeper {
         let tell = events.clone();
-        lease.watch_loss(Box::new(move |why| tell.send(Event::Lost(why))));
+        lease.watch_loss(Box::new(move |loss| {
+            tell.send(match loss {
+                Loss::Ended(why) => Event::Lost(why),
+                Loss::Freed(why) => Event::Freed(why),
+            })
+        }));
         Keeper {
             state: State::Idle(lease),
             events,

@@ -453,6 +453,12 @@ pub fn supervise(
                 return Outcome::Lost("internal: event channel closed".into());
             }
         };
+        // A lock already free on the server may be another's now: no grace.
+        let loss_grace = if matches!(event, Event::Freed(_)) {
+            Duration::ZERO
+        } else {
+            kill_grace
+        };
         match event {
             Event::Signal(r) => {
                 if !r.from_terminal {
@@ -486,15 +492,15 @@ pub fn supervise(
                 last_renew_error = None;
             }
             Event::RenewFailed(e) => last_renew_error = Some(e),
-            Event::Lost(reason) => match &mut stopping {
+            Event::Lost(reason) | Event::Freed(reason) => match &mut stopping {
                 None => {
-                    let kill_at = BootInstant::now() + kill_grace;
+                    let kill_at = BootInstant::now() + loss_grace;
                     stopping = Some(lose(&mut tree, reason, kill_at));
                 }
                 // Already stopping: the lock is gone, so the grace ends sooner; if what was
                 // being stopped is the command's leftovers, they ran without the lock: lost.
                 Some(s) => {
-                    s.lost(BootInstant::now() + kill_grace);
+                    s.lost(BootInstant::now() + loss_grace);
                     if matches!(s.why, Outcome::Exited(_)) {
                         s.why = Outcome::Lost(reason);
                     }

@@ -522,7 +522,30 @@ impl Reach {
 }
 
 /// Told why a lease was lost; see [`Lease::watch_loss`].
-pub(crate) type LossNotifier = Box<dyn Fn(String) + Send + Sync>;
+pub(crate) type LossNotifier = Box<dyn Fn(Loss) + Send + Sync>;
+
+/// What a lease's loss watch reports ([`Lease::watch_loss`]).
+#[derive(Debug)]
+pub enum Loss {
+    /// The lease is gone or must be given up (a break's mark, an intruder): what runs under it
+    /// is stopped as on any loss — SIGTERM, SIGKILL after the grace, never past the lease's
+    /// deadline.
+    Ended(String),
+    /// The lock is already free on the server: its connection ended, and a session lock
+    /// (MySQL's `GET_LOCK`, PostgreSQL's advisory locks) ends with it. Another holder may have
+    /// it now, so what runs under it is SIGKILLed at once, without a grace.
+    Freed(String),
+}
+
+impl Loss {
+    /// The same loss, its reason passed through `f`.
+    pub(crate) fn map(self, f: impl FnOnce(String) -> String) -> Loss {
+        match self {
+            Loss::Ended(why) => Loss::Ended(f(why)),
+            Loss::Freed(why) => Loss::Freed(f(why)),
+        }
+    }
+}
 
 /// Opens the backend a target names. Parses the backend's URL: a bad one is a [`Usage`](crate::exit::Usage) error.
 /// A backend left out of this build (its Cargo feature off) is a usage error naming the feature.

@@ -395,6 +395,12 @@ impl Holding<'_> {
                 },
                 Err(TryRecvError::Disconnected) => continue,
             };
+            // A lock already free on the server may be another's now: no grace.
+            let loss_grace = if matches!(event, Event::Freed(_)) {
+                Duration::ZERO
+            } else {
+                self.kill_grace
+            };
             match event {
                 Event::Renewed(deadline) => {
                     clock.lease.deadline = Some(deadline);
@@ -404,9 +410,9 @@ impl Holding<'_> {
                     last_renew_error = None;
                 }
                 Event::RenewFailed(e) => last_renew_error = Some(e),
-                Event::Lost(reason) => match &mut self.stop {
-                    None => self.begin_stop(reason, true, BootInstant::now() + self.kill_grace),
-                    Some(s) => s.stopping.lost(BootInstant::now() + self.kill_grace),
+                Event::Lost(reason) | Event::Freed(reason) => match &mut self.stop {
+                    None => self.begin_stop(reason, true, BootInstant::now() + loss_grace),
+                    Some(s) => s.stopping.lost(BootInstant::now() + loss_grace),
                 },
                 Event::Signal(r) => {
                     if self.stop.is_some() {

@@ -632,7 +632,9 @@ impl Lease for LeaseSet {
         for (key, lease) in &mut self.parts {
             let lost = lost.clone();
             let key = key.to_string();
-            lease.watch_loss(Box::new(move |why| lost(format!("'{key}': {why}"))));
+            lease.watch_loss(Box::new(move |loss| {
+                lost(loss.map(|why| format!("'{key}': {why}")))
+            }));
         }
     }
 }

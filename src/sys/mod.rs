@@ -5,10 +5,12 @@
 //! What std does (opening with `O_NOFOLLOW`, seeking a `&File`, pipes, pids) is done with std
 //! where it is used; this module holds only what std cannot do: `flock` and OFD locks, `statfs`, inotify,
 //! `poll`, signal masks and synchronous signal waits, thread-directed signals, `prctl`, `waitid`,
-//! pidfds, `CLOCK_BOOTTIME`, the terminal's width, and starting the command (`spawn`).
+//! pidfds, a socket's hang-up, `CLOCK_BOOTTIME`, the terminal's width, and starting the command (`spawn`).
 
 mod detach;
 mod fs;
+#[cfg(feature = "mysql")]
+mod hangup;
 mod proc_stat;
 mod process;
 pub(crate) mod raw;
@@ -21,6 +23,8 @@ pub(crate) use detach::{
     process_group_of, set_parent_death_signal, setsid, signal_group, to_dev_null,
 };
 pub(crate) use fs::{Inotify, flock, fs_type, ofd_lock, poll_readable, poll_ready};
+#[cfg(feature = "mysql")]
+pub(crate) use hangup::HangupWatch;
 pub(crate) use proc_stat::ProcStat;
 pub(crate) use process::{
     PidFd, become_subreaper, has_pidfds, try_wait_pid, wait_pid, waitid_exited_nowait,

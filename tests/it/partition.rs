@@ -29,6 +29,8 @@ pub(crate) struct Proxy {
     /// the holder's first, let the server hand the lock to the waiter, and the waiter take it
     /// and start its command, before its own connection was closed (it then lost the lock, 79).
     blips: Arc<AtomicUsize>,
+    /// How many reads it has forwarded, both ways (a request, a reply).
+    forwarded: Arc<AtomicUsize>,
 }
 
 /// What [`Proxy::cut`] and the accepting thread share, under one lock: a connection is either
@@ -50,7 +52,9 @@ impl Proxy {
         let stop = Arc::new(AtomicBool::new(false));
         let live = Arc::new(std::sync::Mutex::new(Live::default()));
         let blips = Arc::new(AtomicUsize::new(0));
+        let forwarded = Arc::new(AtomicUsize::new(0));
         let (h, s, l, b) = (holed.clone(), stop.clone(), live.clone(), blips.clone());
+        let f = forwarded.clone();
         thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 match listener.accept() {
@@ -74,8 +78,8 @@ impl Proxy {
                             (client.try_clone().unwrap(), server.try_clone().unwrap()),
                             (server, client),
                         ] {
-                            let (h, s, b) = (h.clone(), s.clone(), b.clone());
-                            thread::spawn(move || pump(from, to, &h, &s, &b, born));
+                            let (h, s, b, f) = (h.clone(), s.clone(), b.clone(), f.clone());
+                            thread::spawn(move || pump(from, to, &h, &s, &b, born, &f));
                         }
                     }
                     Err(_) => thread::sleep(Duration::from_millis(5)),
@@ -88,7 +92,13 @@ impl Proxy {
             stop,
             live,
             blips,
+            forwarded,
         }
+    }
+
+    /// How many reads it has forwarded so far, both ways.
+    pub(crate) fn forwarded(&self) -> usize {
+        self.forwarded.load(Ordering::SeqCst)
     }
 
     /// A blip: every connection is closed, and new ones too, until [`Proxy::restore`]. From
@@ -137,6 +147,7 @@ fn pump(
     stop: &AtomicBool,
     blips: &AtomicUsize,
     born: usize,
+    forwarded: &AtomicUsize,
 ) {
     from.set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
@@ -152,6 +163,7 @@ fn pump(
                 if to.write_all(&buf[..n]).is_err() {
                     break;
                 }
+                forwarded.fetch_add(1, Ordering::SeqCst);
             }
             Ok(_) => {}
             Err(e)
@@ -368,3 +380,71 @@ partition_cases!(postgres, shared_postgres().map(|p| vec![p.url()]), |u| {
 partition_cases!(etcd, shared_etcd().map(|e| vec![e.url()]), |u| {
     TestBackend::etcd(&u[0])
 });
+
+/// A reset of the holder's connection (the proxy closes it, as a firewall or an idle-killing
+/// middlebox would) frees a session lock on the server at once: another holder may have it the
+/// next moment. The holder must hear of it at once, not at its next check (ttl/3: 10 s here),
+/// and kill its command at once — it ignores SIGTERM, and the 20 s `--kill-grace` is not
+/// waited for — and exit 79, within a few seconds. Before, MySQL's holder learned it at its
+/// next check (found by the fault campaign), and both gave the command the grace.
+fn a_reset_is_seen_at_once(urls: &[String], make: fn(&[String]) -> TestBackend) {
+    let (via, proxies) = all_proxied(urls);
+    let b = TestBackend {
+        ttl: Duration::from_secs(30),
+        ..make(&via)
+    };
+    let key = unique_key("reset");
+    let dir = scratch("reset");
+    let held = dir.join("held");
+    let holder = Proc::spawn(&mut b.run(
+        &key,
+        &["--kill-grace", "20s"],
+        &sh(&format!(
+            "trap '' TERM; echo held > {}; sleep 60",
+            held.display()
+        )),
+    ));
+    // A server younger than the TTL holds the lock back (up to 30 s when this test runs alone).
+    wait_until(
+        Duration::from_secs(45),
+        "the holder's command to start",
+        || held.exists() || !alive(holder.pid()),
+    );
+    assert!(
+        held.exists(),
+        "{}",
+        describe(&holder.wait(Duration::from_secs(5)).0)
+    );
+    // Cut just after a renewal (a request and its reply through the proxy): the next check is
+    // ttl/3 away, so only a watch on the connection can see the cut within the bound.
+    let before = proxies[0].forwarded();
+    wait_until(Duration::from_secs(15), "a renewal", || {
+        proxies[0].forwarded() >= before + 2
+    });
+    let cut = std::time::Instant::now();
+    for p in &proxies {
+        p.cut();
+    }
+    let (out, _) = holder.wait(Duration::from_secs(20));
+    let took = cut.elapsed();
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+    assert!(
+        took < Duration::from_secs(5),
+        "the holder took {took:?} to see its connection end: {}",
+        describe(&out)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("connection"), "{err}");
+}
+
+#[test]
+fn mysql_a_reset_of_the_holders_connection_is_seen_at_once() {
+    let Some(m) = shared_mariadb() else { return };
+    a_reset_is_seen_at_once(&[m.url()], |u| TestBackend::mysql(&u[0]));
+}
+
+#[test]
+fn postgres_a_reset_of_the_holders_connection_is_seen_at_once() {
+    let Some(p) = shared_postgres() else { return };
+    a_reset_is_seen_at_once(&[p.url()], |u| TestBackend::postgres(&u[0]));
+}

@@ -2,6 +2,8 @@
 //! application's intrusion), the run history's start and end, and the release.
 
 use super::*;
+use crate::backend::{Loss, LossNotifier};
+use std::os::fd::AsRawFd;
 
 /// A held GET_LOCK: the lock lives exactly as long as `con`.
 pub(super) struct MysqlLease {
@@ -20,6 +22,9 @@ pub(super) struct MysqlLease {
     pub(super) ttl: Duration,
     /// The fencing token, when the acquiring request was sent, any hold-back.
     pub(super) grant: Grant,
+    /// Tells the keeper at once when the connection ends ([`Lease::watch_loss`]); dropped
+    /// before a clean release.
+    pub(super) hangup: Option<crate::sys::HangupWatch>,
 }
 
 impl Lease for MysqlLease {
@@ -116,6 +121,7 @@ impl Lease for MysqlLease {
     /// trip (two statements, run in order); if the end's failed (no table yet), it is written
     /// again the way `begin_run` writes a start, which creates the table.
     fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        self.hangup = None;
         let release = format!("DO RELEASE_LOCK(X'{}')", hex(&self.name));
         let both = self
             .history
@@ -140,7 +146,24 @@ impl Lease for MysqlLease {
         self.release().map(|()| wrote)
     }
 
+    /// The connection is the lock: its end — a reset by a proxy or firewall, the server
+    /// killing the session — frees it on the server at once, so the keeper hears of it at
+    /// once (a thread polls the socket for its hang-up), not at its next check, ttl/3 later.
+    fn watch_loss(&mut self, lost: LossNotifier) {
+        let Some(con) = &self.con else {
+            return;
+        };
+        let what = format!(
+            "{}: the lock's connection ended (the server, or something between, closed it)",
+            self.addr
+        );
+        let on_end = Box::new(move || lost(Loss::Freed(what)));
+        // Without the watch (no thread could start), the next check still finds the loss.
+        self.hangup = crate::sys::HangupWatch::start(con.as_raw_fd(), on_end).ok();
+    }
+
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+        self.hangup = None;
         if let Some(mut con) = self.con.take() {
             let _ = con.query_drop(format!("DO RELEASE_LOCK(X'{}')", hex(&self.name)));
             // Closing the connection releases it in any case.

@@ -469,6 +469,7 @@ impl MysqlBackend {
                 acquired_at,
                 held_back_until: super::hold_back_until(uptime, req.ttl),
             },
+            hangup: None,
         }))
     }
 

@@ -8,7 +8,7 @@ use tokio::runtime::Runtime;
 
 use super::rows::{self, cell};
 use super::{COMMAND_TIMEOUT, Session, db_text, ground};
-use crate::backend::{Grant, Lease, LossNotifier, RenewError};
+use crate::backend::{Grant, Lease, Loss, LossNotifier, RenewError};
 use crate::model::Key;
 
 /// A held advisory lock: it lives exactly as long as its session.
@@ -131,7 +131,7 @@ impl Lease for PgLease {
                 }
             }
             if !releasing.load(std::sync::atomic::Ordering::SeqCst) {
-                lost(format!("{addr}: the session's connection ended (the server, or something between, closed it)"));
+                lost(Loss::Freed(format!("{addr}: the session's connection ended (the server, or something between, closed it)")));
             }
         });
     }

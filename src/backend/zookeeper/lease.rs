@@ -11,7 +11,7 @@ use super::history::Place;
 use super::queue::{Kind, lock_queue};
 use super::{COMMAND_TIMEOUT, ZkError, close, op};
 use crate::backend::{Begun, Grant};
-use crate::backend::{Lease, LossNotifier, RenewError};
+use crate::backend::{Lease, Loss, LossNotifier, RenewError};
 
 /// The data version of a lock node as created. dlock never changes its own node's data: a
 /// safe `dlock break` does (the same data again, so the version goes up), and that is the mark
@@ -98,7 +98,7 @@ impl Lease for ZkLease {
         let (parent, ours) = path.rsplit_once('/').unwrap_or_default();
         let (parent, ours) = (parent.to_string(), ours.to_string());
         self.watch = Some(self.rt.spawn(async move {
-            let tell = |why: String| lost(format!("{addr}: {why}"));
+            let tell = |why: String| lost(Loss::Ended(format!("{addr}: {why}")));
             let deleted = || tell(format!("the lock node {path} was deleted (dlock break?)"));
             let mut warned = std::collections::HashSet::new();
             loop {
