@@ -122,6 +122,7 @@ pub(crate) fn run(o: &Options) -> i32 {
                 start_ns: r.start_ns,
                 end_ns: r.end_ns,
                 ended: a.ended.clone(),
+                via: a.via,
                 fence: r.fence,
             })
         })

@@ -25,6 +25,7 @@ pub(crate) struct Section {
     pub start_ns: u64,
     pub end_ns: u64,
     pub ended: String,
+    pub via: &'static str,
     pub fence: char,
 }
 
@@ -39,6 +40,7 @@ impl Section {
             "start_ns": self.start_ns,
             "end_ns": self.end_ns,
             "ended": self.ended,
+            "via": self.via,
             "fence": match self.fence { 'A' => "accepted", 'R' => "refused", _ => "none" },
         })
     }
@@ -138,4 +140,52 @@ pub(crate) fn report(
         );
     }
     (json!({ "backends": out }), pass)
+}
+
+/// The checker on a history whose answer is known (what `cargo test --test nemesis` runs):
+/// touching sections do not overlap, an exclusive section inside a shared one does, a third
+/// `limit:2` section at once does, and a token lower than an earlier one is a regression.
+pub(crate) fn self_test() {
+    let s = |key: &str, mode: &str, start: u64, end: u64, token: Option<u64>| Section {
+        backend: "test",
+        key: key.into(),
+        mode: mode.into(),
+        client: 0,
+        token,
+        start_ns: start,
+        end_ns: end,
+        ended: "ok".into(),
+        via: "run --wait",
+        fence: 'N',
+    };
+    let count = |list: &[Section]| key_counts(&list.iter().collect::<Vec<_>>());
+    let touching = [
+        s("x", "exclusive", 0, 10, Some(1)),
+        s("x", "exclusive", 10, 20, Some(2)),
+    ];
+    assert_eq!(count(&touching), (0, 0), "touching sections");
+    let crossing = [
+        s("x", "exclusive", 0, 10, Some(5)),
+        s("x", "exclusive", 10, 20, Some(7)),
+        s("x", "exclusive", 15, 25, Some(6)),
+    ];
+    assert_eq!(count(&crossing), (1, 1), "an overlap and a regression");
+    let readers = [
+        s("s", "shared", 0, 10, None),
+        s("s", "shared", 5, 15, None),
+        s("s", "exclusive", 12, 13, Some(1)),
+    ];
+    assert_eq!(count(&readers), (1, 0), "a writer among readers");
+    let limit = [
+        s("l", "limit:2", 0, 10, None),
+        s("l", "limit:2", 1, 10, None),
+        s("l", "limit:2", 2, 10, None),
+        s("l", "limit:2", 10, 12, None),
+    ];
+    assert_eq!(count(&limit), (1, 0), "three of limit:2 at once");
+    let killed_at_start = [
+        s("x", "exclusive", 5, 5, Some(1)),
+        s("x", "exclusive", 5, 9, Some(2)),
+    ];
+    assert_eq!(count(&killed_at_start), (0, 0), "a section of no length");
 }

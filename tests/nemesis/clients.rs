@@ -41,6 +41,8 @@ pub(crate) struct Attempt {
     pub client: usize,
     pub record: PathBuf,
     pub ended: String,
+    /// `run --no-wait`, `run --wait` or `acquire`.
+    pub via: &'static str,
 }
 
 /// How the limit key is shared.
@@ -181,6 +183,11 @@ pub(crate) fn run(
             client: c,
             record,
             ended,
+            via: match (acquire, flags.first()) {
+                (true, _) => "acquire",
+                (false, Some(&"--no-wait")) => "run --no-wait",
+                _ => "run --wait",
+            },
         });
     }
     attempts

@@ -39,12 +39,15 @@ pub(crate) fn hash(name: &str) -> u64 {
     })
 }
 
-/// The faults aimed at a holder, which every backend takes.
+/// The faults aimed at a holder, which every backend takes. `stop_acquire_holder` is
+/// `stop_holder` aimed only at the background holder of a `dlock acquire` (its owner, the
+/// section, keeps running: the holder must have it stopped before its lease ends).
 pub(crate) const PROCESS_KINDS: &[&str] = &[
     "kill_dlock",
     "kill_guardian",
     "kill_both",
     "stop_holder",
+    "stop_acquire_holder",
     "cpu_starve",
 ];
 
@@ -89,7 +92,11 @@ pub(crate) fn plan(t: &Target, seed: u64, length: Duration) -> Vec<Planned> {
         }
         let kind = order.remove(0);
         let dur = match kind {
-            "stop_holder" => TTL + Duration::from_millis(1000 + rng.below(1000)),
+            "stop_holder" | "stop_acquire_holder" => {
+                TTL + Duration::from_millis(1000 + rng.below(1000))
+            }
+            // A reset: every connection closed, new ones refused for at most 300 ms.
+            "conn_blip" => Duration::from_millis(rng.below(300)),
             "kill_dlock" | "kill_guardian" | "kill_both" | "failover" => Duration::ZERO,
             _ => Duration::from_millis(1000 + rng.below(3000)),
         };
@@ -125,7 +132,7 @@ pub(crate) fn run(
                     target
                 }
                 None => {
-                    eprintln!("nemesis: {}: {} skipped: no holder in 3 s", t.name, p.kind);
+                    eprintln!("nemesis: {}: {} skipped: no holder found", t.name, p.kind);
                     continue;
                 }
             }
@@ -161,15 +168,23 @@ pub(crate) fn run(
 }
 
 /// A client in a section now: its dlock (or `acquire` holder) and that one's guardians.
-fn find_holder(pick: usize, slots: &[Mutex<Option<Holding>>]) -> Option<(usize, Proc, Vec<Proc>)> {
+fn find_holder(
+    pick: usize,
+    slots: &[Mutex<Option<Holding>>],
+    acquire_only: bool,
+) -> Option<(usize, Proc, Vec<Proc>)> {
     let dlock_exe = std::fs::canonicalize(crate::util::DLOCK).ok()?;
-    let deadline = Instant::now() + Duration::from_secs(3);
+    // An `acquire` holder is rarer (a third of two clients' sections): it gets longer.
+    let deadline = Instant::now() + Duration::from_secs(if acquire_only { 10 } else { 3 });
     while Instant::now() < deadline {
         for k in 0..slots.len() {
             let c = (pick + k) % slots.len();
             let Some(h) = slots[c].lock().unwrap().clone() else {
                 continue;
             };
+            if acquire_only && !h.acquire {
+                continue;
+            }
             let Some(rec) = read_record(&h.record) else {
                 continue;
             };
@@ -195,7 +210,7 @@ fn find_holder(pick: usize, slots: &[Mutex<Option<Holding>>]) -> Option<(usize, 
 /// A process fault; what it was aimed at and when it began, or None if no client held a
 /// section.
 fn holder_fault(p: &Planned, slots: &[Mutex<Option<Holding>>]) -> Option<(String, u64)> {
-    let (c, dlock, guardians) = find_holder(p.pick, slots)?;
+    let (c, dlock, guardians) = find_holder(p.pick, slots, p.kind == "stop_acquire_holder")?;
     let began = now_ns();
     let g: Vec<i32> = guardians.iter().map(|g| g.pid).collect();
     let kill = |x: &Proc| x.signal(libc::SIGKILL);
@@ -206,7 +221,7 @@ fn holder_fault(p: &Planned, slots: &[Mutex<Option<Holding>>]) -> Option<(String
             let a = kill(&dlock);
             guardians.iter().map(kill).fold(a, |a, b| a | b)
         }
-        "stop_holder" => {
+        "stop_holder" | "stop_acquire_holder" => {
             let stopped = dlock.signal(libc::SIGSTOP);
             std::thread::sleep(p.dur);
             dlock.signal(libc::SIGCONT);

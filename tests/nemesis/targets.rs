@@ -57,7 +57,7 @@ pub(crate) const TTL: Duration = Duration::from_secs(2);
 pub(crate) fn server_kinds(t: &Target) -> Vec<&'static str> {
     let mut k = Vec::new();
     if !t.proxies.is_empty() {
-        k.extend(["partition", "conn_reset", "delay"]);
+        k.extend(["partition", "conn_reset", "conn_blip", "delay"]);
     }
     match t.servers {
         Servers::File => {}
@@ -173,7 +173,7 @@ fn zk_leader(z: &Zookeeper) -> usize {
 pub(crate) fn server_fault(t: &mut Target, kind: &str, dur: Duration, pick: usize) -> String {
     let sleep = || std::thread::sleep(dur);
     match kind {
-        "partition" | "conn_reset" | "delay" => {
+        "partition" | "conn_reset" | "conn_blip" | "delay" => {
             // Redlock: one master of three; elsewhere every proxy (the clients' whole view).
             let chosen: Vec<usize> = if t.name == "redlock" {
                 vec![pick % t.proxies.len()]
@@ -184,7 +184,7 @@ pub(crate) fn server_fault(t: &mut Target, kind: &str, dur: Duration, pick: usiz
                 let p = &t.proxies[i];
                 match kind {
                     "partition" => p.black_hole(),
-                    "conn_reset" => p.cut(),
+                    "conn_reset" | "conn_blip" => p.cut(),
                     _ => p.set_delay(Duration::from_millis(50 + (pick as u64 % 5) * 50)),
                 }
             }
@@ -193,7 +193,7 @@ pub(crate) fn server_fault(t: &mut Target, kind: &str, dur: Duration, pick: usiz
                 let p = &t.proxies[i];
                 match kind {
                     "partition" => p.heal(),
-                    "conn_reset" => p.restore(),
+                    "conn_reset" | "conn_blip" => p.restore(),
                     _ => p.set_delay(Duration::ZERO),
                 }
             }
