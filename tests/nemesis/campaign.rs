@@ -23,7 +23,7 @@ fn write_lines(path: &std::path::Path, lines: impl Iterator<Item = serde_json::V
 
 pub(crate) fn run(o: &Options) -> i32 {
     crate::util::default_signal_dispositions();
-    for sub in ["sections", "logs", "fences", "servers"] {
+    for sub in ["sections", "logs", "fences", "servers", "faketime"] {
         let _ = std::fs::remove_dir_all(o.out.join(sub));
         std::fs::create_dir_all(o.out.join(sub)).expect("the output directory");
     }
@@ -69,6 +69,9 @@ pub(crate) fn run(o: &Options) -> i32 {
     // A young Redis or MySQL holds every first lock back for a lease (dlock's hold-back).
     std::thread::sleep(Duration::from_secs(3));
 
+    for t in &targets {
+        std::fs::write(faults::faketime_file(&o.out, t.name), "+0").expect("a faketime file");
+    }
     let plans: Vec<Vec<faults::Planned>> = targets
         .iter()
         .map(|t| faults::plan(t, o.seed, o.duration))
@@ -94,7 +97,7 @@ pub(crate) fn run(o: &Options) -> i32 {
         let mut client_threads = Vec::new();
         for (i, t) in targets.iter_mut().enumerate() {
             let (plan, slots, b) = (&plans[i], &slots[i], &backends[i]);
-            fault_threads.push(s.spawn(move || faults::run(t, plan, slots, t0)));
+            fault_threads.push(s.spawn(move || faults::run(&o.out, t, plan, slots, t0, deadline)));
             for (c, slot) in slots.iter().enumerate() {
                 let out = &o.out;
                 client_threads

@@ -109,7 +109,13 @@ pub(crate) fn run(
         } else {
             "-".to_string()
         };
-        let dur = (30 + rng.below(220)).to_string();
+        // Most sections are short (30-250 ms); one in eight outlasts the lease's renewal
+        // interval or the lease itself (0.8-2.5 s), so that a fault lands inside it.
+        let dur = match rng.below(8) {
+            0 => 800 + rng.below(1700),
+            _ => 30 + rng.below(220),
+        }
+        .to_string();
         let rec = record.display().to_string();
         let mut common: Vec<String> = b.args.clone();
         common.extend([
@@ -130,6 +136,17 @@ pub(crate) fn run(
             cmd.args(["section", &rec, &dur, &fence]);
             cmd
         };
+        if let Some(lib) = crate::faults::faketime() {
+            // The wall clock dlock sees is shifted by the backend's `clock_jump` faults; the
+            // monotonic clocks (CLOCK_MONOTONIC, CLOCK_BOOTTIME) are left alone.
+            cmd.env("LD_PRELOAD", lib)
+                .env(
+                    "FAKETIME_TIMESTAMP_FILE",
+                    crate::faults::faketime_file(dir, b.name),
+                )
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+                .env("FAKETIME_CACHE_DURATION", "1");
+        }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log.try_clone().map_or(Stdio::null(), Stdio::from))

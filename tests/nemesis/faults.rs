@@ -2,6 +2,7 @@
 //! holder's dlock, of its guardian, of both; SIGSTOP of a holder's dlock past its lease; CPU
 //! starvation of a holder (stopped 40 ms of every 50). The server faults are in targets.rs.
 
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -51,6 +52,18 @@ pub(crate) const PROCESS_KINDS: &[&str] = &[
     "cpu_starve",
 ];
 
+/// Debian's libfaketime (multi-threaded flavour: dlock has threads), if installed: the
+/// `clock_jump` fault needs it.
+pub(crate) fn faketime() -> Option<&'static str> {
+    const LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+    Path::new(LIB).exists().then_some(LIB)
+}
+
+/// The file that holds the wall-clock offset of `backend`'s dlocks (`+0` when no jump is on).
+pub(crate) fn faketime_file(dir: &Path, backend: &str) -> PathBuf {
+    dir.join("faketime").join(backend)
+}
+
 /// One planned fault.
 #[derive(Clone, Debug)]
 pub(crate) struct Planned {
@@ -79,6 +92,9 @@ pub(crate) fn plan(t: &Target, seed: u64, length: Duration) -> Vec<Planned> {
     let mut rng = Rng::new(seed ^ hash(t.name));
     let mut kinds: Vec<&'static str> = server_kinds(t);
     kinds.extend(PROCESS_KINDS);
+    if faketime().is_some() {
+        kinds.push("clock_jump");
+    }
     let mut out = Vec::new();
     let mut at = Duration::from_secs(3);
     let mut order: Vec<&'static str> = Vec::new();
@@ -114,18 +130,33 @@ pub(crate) fn plan(t: &Target, seed: u64, length: Duration) -> Vec<Planned> {
 
 /// Applies `t`'s schedule from `t0` on; returns the faults that happened.
 pub(crate) fn run(
+    dir: &Path,
     t: &mut Target,
     plan: &[Planned],
     slots: &[Mutex<Option<Holding>>],
     t0: Instant,
+    deadline: Instant,
 ) -> Vec<Fault> {
     let mut out = Vec::new();
     for p in plan {
         if let Some(wait) = (t0 + p.at).checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
+        // Faults run late (a holder looked for, a server slow to come back): none begins in
+        // the last 8 s, left for recovery.
+        if Instant::now() + Duration::from_secs(8) > deadline {
+            break;
+        }
         let mut start_ns = now_ns();
-        let target = if PROCESS_KINDS.contains(&p.kind) {
+        let target = if p.kind == "clock_jump" {
+            // A jump of the wall clock, forwards or back, for the fault's time.
+            let offset = ["+3600", "-3600", "+86400", "-86400", "-600"][p.pick % 5];
+            let file = faketime_file(dir, t.name);
+            let _ = std::fs::write(&file, offset);
+            std::thread::sleep(p.dur);
+            let _ = std::fs::write(&file, "+0");
+            format!("wall clock {offset} s")
+        } else if PROCESS_KINDS.contains(&p.kind) {
             match holder_fault(p, slots) {
                 Some((target, began)) => {
                     start_ns = began;
