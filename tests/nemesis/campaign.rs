@@ -74,7 +74,7 @@ pub(crate) fn run(o: &Options) -> i32 {
     }
     let plans: Vec<Vec<faults::Planned>> = targets
         .iter()
-        .map(|t| faults::plan(t, o.seed, o.duration))
+        .map(|t| faults::plan(t, o.seed, o.duration, &o.without))
         .collect();
     let slots: Vec<Vec<Mutex<Option<Holding>>>> = targets
         .iter()

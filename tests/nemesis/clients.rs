@@ -165,10 +165,16 @@ pub(crate) fn run(
         }
         // A client stuck past the campaign's end (30 s of grace) is killed, and says so.
         let hard_stop = deadline + Duration::from_secs(30);
+        let mut hung_state = '?';
         let status = loop {
             match child.try_wait() {
                 Ok(Some(s)) => break Some(s),
                 Ok(None) if Instant::now() > hard_stop => {
+                    // Its state says why: `T` stopped, `S` waiting, `D` in the kernel.
+                    hung_state = std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
+                        .ok()
+                        .and_then(|s| s.rfind(')').and_then(|i| s[i + 1..].trim().chars().next()))
+                        .unwrap_or('?');
                     let _ = child.kill();
                     let _ = child.wait();
                     break None;
@@ -180,7 +186,7 @@ pub(crate) fn run(
         *slot.lock().unwrap() = None;
         use std::os::unix::process::ExitStatusExt;
         let ended = match status {
-            None => "hung".to_string(),
+            None => format!("hung:{hung_state}"),
             Some(s) => match (s.code(), s.signal()) {
                 (Some(0), _) => "ok".into(),
                 (Some(79), _) => "lost".into(),

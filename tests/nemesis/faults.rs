@@ -88,12 +88,16 @@ pub(crate) struct Fault {
 /// The schedule of `t` for a campaign of `length`: one fault every 1–3 s after the previous
 /// one healed (planned as if each lasted its planned time), the kinds in a seeded order that
 /// goes through every kind before repeating one, none in the last 8 s (left for recovery).
-pub(crate) fn plan(t: &Target, seed: u64, length: Duration) -> Vec<Planned> {
+pub(crate) fn plan(t: &Target, seed: u64, length: Duration, without: &[String]) -> Vec<Planned> {
     let mut rng = Rng::new(seed ^ hash(t.name));
     let mut kinds: Vec<&'static str> = server_kinds(t);
     kinds.extend(PROCESS_KINDS);
     if faketime().is_some() {
         kinds.push("clock_jump");
+    }
+    kinds.retain(|k| !without.iter().any(|w| w == k));
+    if kinds.is_empty() {
+        return Vec::new();
     }
     let mut out = Vec::new();
     let mut at = Duration::from_secs(3);
@@ -203,7 +207,7 @@ fn find_holder(
     pick: usize,
     slots: &[Mutex<Option<Holding>>],
     acquire_only: bool,
-) -> Option<(usize, Proc, Vec<Proc>)> {
+) -> Option<(usize, Proc, Vec<Proc>, bool)> {
     let dlock_exe = std::fs::canonicalize(crate::util::DLOCK).ok()?;
     // An `acquire` holder is rarer (a third of two clients' sections): it gets longer.
     let deadline = Instant::now() + Duration::from_secs(if acquire_only { 10 } else { 3 });
@@ -231,7 +235,7 @@ fn find_holder(
                 continue;
             }
             let guardians = dlock.children_running(&dlock_exe);
-            return Some((c, dlock, guardians));
+            return Some((c, dlock, guardians, h.acquire));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -241,7 +245,8 @@ fn find_holder(
 /// A process fault; what it was aimed at and when it began, or None if no client held a
 /// section.
 fn holder_fault(p: &Planned, slots: &[Mutex<Option<Holding>>]) -> Option<(String, u64)> {
-    let (c, dlock, guardians) = find_holder(p.pick, slots, p.kind == "stop_acquire_holder")?;
+    let (c, dlock, guardians, acquire) =
+        find_holder(p.pick, slots, p.kind == "stop_acquire_holder")?;
     let began = now_ns();
     let g: Vec<i32> = guardians.iter().map(|g| g.pid).collect();
     let kill = |x: &Proc| x.signal(libc::SIGKILL);
@@ -278,10 +283,10 @@ fn holder_fault(p: &Planned, slots: &[Mutex<Option<Holding>>]) -> Option<(String
             any
         }
     };
-    let what = if p.kind == "kill_guardian" {
-        "holder"
+    let what = if acquire {
+        "acquire holder"
     } else {
-        "dlock"
+        "dlock run"
     };
     done.then(|| {
         (

@@ -32,6 +32,8 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 struct Options {
     backends: Option<Vec<String>>,
+    /// Fault kinds left out of the schedule (`--without`).
+    without: Vec<String>,
     duration: Duration,
     clients: usize,
     seed: u64,
@@ -39,11 +41,12 @@ struct Options {
 }
 
 const USAGE: &str = "usage: nemesis --campaign [--backends LIST] [--duration D] [--clients N] \
-                     [--seed S] [--out DIR]";
+                     [--seed S] [--out DIR] [--without KINDS]";
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
         backends: None,
+        without: Vec::new(),
         duration: Duration::from_secs(60),
         clients: 4,
         seed: 1,
@@ -66,6 +69,10 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     }
                 }
                 o.backends = Some(names);
+            }
+            "--without" => {
+                let list = value()?;
+                o.without = list.split(',').map(|s| s.trim().to_string()).collect();
             }
             "--duration" => {
                 let v = value()?;
