@@ -41,7 +41,7 @@ pub(crate) fn run(o: &Options) -> i32 {
     let mut targets: Vec<Target> = std::thread::scope(|s| {
         let handles: Vec<_> = names
             .iter()
-            .map(|&n| (n, s.spawn(|| targets::start(n, &servers_dir))))
+            .map(|&n| (n, s.spawn(|| targets::start(n, &servers_dir, o.clients))))
             .collect();
         handles
             .into_iter()

@@ -18,7 +18,8 @@ use crate::targets::TTL;
 #[derive(Clone, Debug)]
 pub(crate) struct Backend {
     pub name: &'static str,
-    pub args: Vec<String>,
+    /// Each client's `--backend … --url …` (one for all where there is a single set).
+    pub args: Vec<Vec<String>>,
     pub shared: bool,
     pub limit: bool,
 }
@@ -117,7 +118,7 @@ pub(crate) fn run(
         }
         .to_string();
         let rec = record.display().to_string();
-        let mut common: Vec<String> = b.args.clone();
+        let mut common: Vec<String> = b.args.get(c).or(b.args.last()).cloned().unwrap_or_default();
         common.extend([
             "--ttl".into(),
             format!("{}ms", TTL.as_millis()),

@@ -116,7 +116,7 @@ pub(crate) fn plan(t: &Target, seed: u64, length: Duration, without: &[String]) 
                 TTL + Duration::from_millis(1000 + rng.below(1000))
             }
             // A reset: every connection closed, new ones refused for at most 300 ms.
-            "conn_blip" => Duration::from_millis(rng.below(300)),
+            "conn_blip" | "client_blip" => Duration::from_millis(rng.below(300)),
             "kill_dlock" | "kill_guardian" | "kill_both" | "failover" => Duration::ZERO,
             _ => Duration::from_millis(1000 + rng.below(3000)),
         };
@@ -160,6 +160,18 @@ pub(crate) fn run(
             std::thread::sleep(p.dur);
             let _ = std::fs::write(&file, "+0");
             format!("wall clock {offset} s")
+        } else if p.kind == "client_partition" || p.kind == "client_blip" {
+            // Aimed at a client in a section, so that a waiter may take what it loses.
+            match find_holder(p.pick, slots, false) {
+                Some((c, ..)) => {
+                    start_ns = now_ns();
+                    crate::targets::client_fault(t, p.kind, c, p.dur)
+                }
+                None => {
+                    eprintln!("nemesis: {}: {} skipped: no holder found", t.name, p.kind);
+                    continue;
+                }
+            }
         } else if PROCESS_KINDS.contains(&p.kind) {
             match holder_fault(p, slots) {
                 Some((target, began)) => {

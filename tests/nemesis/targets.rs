@@ -38,16 +38,17 @@ pub(crate) enum Servers {
 /// One backend under test.
 pub(crate) struct Target {
     pub name: &'static str,
-    /// `--backend X --url Y...`: what every client passes.
-    pub args: Vec<String>,
+    /// `--backend X --url Y...`: what each client passes (its own proxies' addresses).
+    pub args: Vec<Vec<String>>,
     /// False where the topology is unsafe by design (Sentinel's asynchronous replication).
     pub safe: bool,
     pub shared: bool,
     pub limit: bool,
     pub servers: Servers,
-    /// The proxies between the clients and the servers (empty where a client learns the
-    /// servers' addresses from the servers: Sentinel, Cluster).
-    pub proxies: Vec<Proxy>,
+    /// Each client's proxies to the servers, one per server address in the URLs' order (none
+    /// where a client learns the servers' addresses from the servers: Sentinel, Cluster). A
+    /// client of its own has them so that one client can be cut off while the others are not.
+    pub proxies: Vec<Vec<Proxy>>,
 }
 
 /// The lease of every client.
@@ -56,8 +57,9 @@ pub(crate) const TTL: Duration = Duration::from_secs(2);
 /// The faults a server-side fault thread can apply to `t` (the process faults come on top).
 pub(crate) fn server_kinds(t: &Target) -> Vec<&'static str> {
     let mut k = Vec::new();
-    if !t.proxies.is_empty() {
+    if t.proxies.iter().any(|p| !p.is_empty()) {
         k.extend(["partition", "conn_reset", "conn_blip", "delay"]);
+        k.extend(["client_partition", "client_blip"]);
     }
     match t.servers {
         Servers::File => {}
@@ -74,24 +76,33 @@ pub(crate) fn server_kinds(t: &Target) -> Vec<&'static str> {
     k
 }
 
-fn target(
-    name: &'static str,
-    url_args: Vec<String>,
-    servers: Servers,
-    proxies: Vec<Proxy>,
-) -> Target {
-    let mut args = vec!["--backend".to_string()];
-    args.push(
-        match name {
-            "redlock" | "sentinel" | "cluster" => "redis",
-            "file" => "file",
-            other => other,
+/// `t` for `clients` clients, each behind proxies of its own (`clients` 0: no proxies, one
+/// set of arguments for every client).
+fn target(name: &'static str, urls: Vec<String>, servers: Servers, clients: usize) -> Target {
+    let words = |urls: &[String]| {
+        let mut args = vec!["--backend".to_string()];
+        args.push(
+            match name {
+                "redlock" | "sentinel" | "cluster" => "redis",
+                "file" => "file",
+                other => other,
+            }
+            .to_string(),
+        );
+        for u in urls {
+            args.push("--url".into());
+            args.push(u.clone());
         }
-        .to_string(),
-    );
-    for u in url_args {
-        args.push("--url".into());
-        args.push(u);
+        args
+    };
+    let (mut args, mut proxies) = (Vec::new(), Vec::new());
+    for _ in 0..clients {
+        let (via, p) = all_proxied(&urls);
+        args.push(words(&via));
+        proxies.push(p);
+    }
+    if clients == 0 {
+        args.push(words(&urls));
     }
     Target {
         name,
@@ -105,7 +116,7 @@ fn target(
 }
 
 /// Starts backend `name` (None, said on stderr, if its server is not installed).
-pub(crate) fn start(name: &'static str, dir: &Path) -> Option<Target> {
+pub(crate) fn start(name: &'static str, dir: &Path, clients: usize) -> Option<Target> {
     Some(match name {
         "file" => {
             let d = dir.join("file-locks");
@@ -114,48 +125,42 @@ pub(crate) fn start(name: &'static str, dir: &Path) -> Option<Target> {
                 name,
                 vec![format!("file://{}", d.display())],
                 Servers::File,
-                Vec::new(),
+                0,
             )
         }
         "redis" => {
             let r = Redis::start(&[])?;
-            let (url, p) = proxied(&r.url());
-            target(name, vec![url], Servers::Redis(r), p)
+            target(name, vec![r.url()], Servers::Redis(r), clients)
         }
         "redlock" => {
             let rs: Vec<Redis> = (0..3).map(|_| Redis::start(&[])).collect::<Option<_>>()?;
             let urls: Vec<String> = rs.iter().map(Redis::url).collect();
-            let (urls, p) = all_proxied(&urls);
-            target(name, urls, Servers::Redlock(rs), p)
+            target(name, urls, Servers::Redlock(rs), clients)
         }
         "sentinel" => {
             let s = RedisSentinel::start()?;
-            target(name, vec![s.url()], Servers::Sentinel(s), Vec::new())
+            target(name, vec![s.url()], Servers::Sentinel(s), 0)
         }
         "cluster" => {
             let c = RedisCluster::start()?;
             let url = c.url(0);
-            target(name, vec![url], Servers::Cluster(c), Vec::new())
+            target(name, vec![url], Servers::Cluster(c), 0)
         }
         "zookeeper" => {
             let z = Zookeeper::ensemble()?;
-            let (url, p) = proxied(&z.url());
-            target(name, vec![url], Servers::Zookeeper(z), p)
+            target(name, vec![z.url()], Servers::Zookeeper(z), clients)
         }
         "etcd" => {
             let e = Etcd::cluster(3)?;
-            let (url, p) = proxied(&e.url());
-            target(name, vec![url], Servers::Etcd(e), p)
+            target(name, vec![e.url()], Servers::Etcd(e), clients)
         }
         "mysql" => {
             let m = Mariadb::start()?;
-            let (url, p) = proxied(&m.url());
-            target(name, vec![url], Servers::Mysql(m), p)
+            target(name, vec![m.url()], Servers::Mysql(m), clients)
         }
         "postgres" => {
             let pg = Postgres::start()?;
-            let (url, p) = proxied(&pg.url());
-            target(name, vec![url], Servers::Postgres(pg), p)
+            target(name, vec![pg.url()], Servers::Postgres(pg), clients)
         }
         _ => return None,
     })
@@ -174,29 +179,30 @@ pub(crate) fn server_fault(t: &mut Target, kind: &str, dur: Duration, pick: usiz
     let sleep = || std::thread::sleep(dur);
     match kind {
         "partition" | "conn_reset" | "conn_blip" | "delay" => {
-            // Redlock: one master of three; elsewhere every proxy (the clients' whole view).
+            // Redlock: one master of three; elsewhere every server address (the clients' whole
+            // view). Every client's proxies to them.
+            let n = t.proxies.first().map_or(0, Vec::len);
             let chosen: Vec<usize> = if t.name == "redlock" {
-                vec![pick % t.proxies.len()]
+                vec![pick % n.max(1)]
             } else {
-                (0..t.proxies.len()).collect()
+                (0..n).collect()
             };
-            for &i in &chosen {
-                let p = &t.proxies[i];
-                match kind {
-                    "partition" => p.black_hole(),
-                    "conn_reset" | "conn_blip" => p.cut(),
-                    _ => p.set_delay(Duration::from_millis(50 + (pick as u64 % 5) * 50)),
+            let each = |f: &dyn Fn(&Proxy)| {
+                for mine in &t.proxies {
+                    chosen.iter().filter_map(|&i| mine.get(i)).for_each(f);
                 }
-            }
+            };
+            each(&|p: &Proxy| match kind {
+                "partition" => p.black_hole(),
+                "conn_reset" | "conn_blip" => p.cut(),
+                _ => p.set_delay(Duration::from_millis(50 + (pick as u64 % 5) * 50)),
+            });
             sleep();
-            for &i in &chosen {
-                let p = &t.proxies[i];
-                match kind {
-                    "partition" => p.heal(),
-                    "conn_reset" | "conn_blip" => p.restore(),
-                    _ => p.set_delay(Duration::ZERO),
-                }
-            }
+            each(&|p: &Proxy| match kind {
+                "partition" => p.heal(),
+                "conn_reset" | "conn_blip" => p.restore(),
+                _ => p.set_delay(Duration::ZERO),
+            });
             format!("proxies {chosen:?}")
         }
         "server_pause" => match &mut t.servers {
@@ -289,6 +295,30 @@ pub(crate) fn server_fault(t: &mut Target, kind: &str, dur: Duration, pick: usiz
         },
         _ => String::new(),
     }
+}
+
+/// An asymmetric fault: client `c`'s connections alone are black-holed (`client_partition`)
+/// or reset (`client_blip`) for `dur`, while the other clients reach the servers.
+pub(crate) fn client_fault(t: &Target, kind: &str, c: usize, dur: Duration) -> String {
+    let Some(mine) = t.proxies.get(c) else {
+        return String::new();
+    };
+    for p in mine {
+        if kind == "client_partition" {
+            p.black_hole();
+        } else {
+            p.cut();
+        }
+    }
+    std::thread::sleep(dur);
+    for p in mine {
+        if kind == "client_partition" {
+            p.heal();
+        } else {
+            p.restore();
+        }
+    }
+    format!("client {c}")
 }
 
 fn zk_restart(z: &mut Zookeeper, i: usize, dur: Duration) {
