@@ -179,7 +179,11 @@ pub(crate) fn run(
                     target
                 }
                 None => {
-                    eprintln!("nemesis: {}: {} skipped: no holder found", t.name, p.kind);
+                    eprintln!(
+                        "nemesis: {}: {} skipped: no holder in a section, or none of its \
+                         processes left to signal",
+                        t.name, p.kind
+                    );
                     continue;
                 }
             }
