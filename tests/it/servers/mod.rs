@@ -154,6 +154,7 @@ mod mariadb;
 mod poolers;
 mod postgres;
 mod redis;
+mod seaweedfs;
 mod twemproxy;
 mod zookeeper;
 
@@ -163,5 +164,6 @@ pub(crate) use self::mariadb::*;
 pub(crate) use self::poolers::*;
 pub(crate) use self::postgres::*;
 pub(crate) use self::redis::*;
+pub(crate) use self::seaweedfs::*;
 pub(crate) use self::twemproxy::*;
 pub(crate) use self::zookeeper::*;

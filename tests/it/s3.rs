@@ -1,0 +1,206 @@
+//! The S3 backend against a real SeaweedFS started by the harness, with a signed identity; and
+//! against a server that ignores conditional writes (a fake, for the refusal only).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::time::{Duration, Instant};
+
+use crate::servers::{S3_BUCKET, S3_SECRET, SeaweedFs, shared_seaweedfs};
+use crate::util::*;
+
+/// The shared server as a test backend, under PREFIX `ci`.
+fn s3_on(s: &SeaweedFs) -> TestBackend {
+    TestBackend::s3(&format!("s3://{S3_BUCKET}/ci"), s.env())
+}
+
+crate::conformance!(match shared_seaweedfs() {
+    Some(s) => s3_on(s),
+    None => return,
+});
+
+/// `dlock acquire` and `dlock release` (see `acquire.rs`).
+mod acquire {
+    use super::*;
+
+    crate::acquire!(match shared_seaweedfs() {
+        Some(s) => s3_on(s),
+        None => return,
+    });
+}
+
+/// Several keys, nested runs; `--shared` and `--limit` are refused (exit 2).
+mod modes {
+    use super::*;
+
+    crate::modes!(match shared_seaweedfs() {
+        Some(s) => s3_on(s),
+        None => return,
+    });
+}
+
+/// The command's whole process tree, whatever ends dlock (see `tree.rs`).
+mod tree {
+    use super::*;
+
+    crate::tree!(match shared_seaweedfs() {
+        Some(s) => s3_on(s),
+        None => return,
+    });
+}
+
+/// The server stops answering (SIGSTOP) for longer than the TTL: the command is stopped before
+/// a waiter could have watched a whole lease.
+#[test]
+fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
+    let Some(server) = SeaweedFs::start() else {
+        return;
+    };
+    let b = TestBackend {
+        ttl: Duration::from_millis(1500),
+        ..s3_on(&server)
+    };
+    crate::conformance::paused_server_stops_the_command_in_time(&b, |on| server.freeze(on));
+}
+
+/// The case: frozen 4 s under `--ttl 2s`: the command is dead within 2 s of the
+/// freeze and dlock exits 79.
+#[test]
+fn server_frozen_4s_under_ttl_2s_ends_with_79() {
+    let Some(server) = SeaweedFs::start() else {
+        return;
+    };
+    let b = s3_on(&server);
+    let (p, child) = b.hold(&unique_key("frozen"), &[]);
+    server.freeze(true);
+    let frozen = Instant::now();
+    let died = wait_until(Duration::from_secs(4), "the command to be stopped", || {
+        !alive(child)
+    });
+    let (out, _) = p.wait(Duration::from_secs(10));
+    let waited = frozen.elapsed();
+    if waited < Duration::from_secs(4) {
+        std::thread::sleep(Duration::from_secs(4) - waited);
+    }
+    server.freeze(false);
+    assert!(
+        died < Duration::from_secs(2),
+        "the command lived {died:?} after the freeze"
+    );
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+}
+
+/// A wrong secret: 69, one line, and the secret is never printed (not even the wrong one).
+#[test]
+fn wrong_secret_is_69_and_never_printed() {
+    let Some(s) = shared_seaweedfs() else { return };
+    let wrong = "wrong-secret-5e1f0c";
+    let mut env = s.env();
+    for (k, v) in &mut env {
+        if k == "AWS_SECRET_ACCESS_KEY" {
+            *v = wrong.into();
+        }
+    }
+    let b = TestBackend::s3(&format!("s3://{S3_BUCKET}/ci"), env);
+    let dir = scratch("s3-wrong");
+    let m = dir.join("ran");
+    let out = run_code(
+        &mut b.run(
+            &unique_key("wrong"),
+            &[],
+            &sh(&format!("touch {}", m.display())),
+        ),
+        69,
+    );
+    let line = one_error_line(&out);
+    assert!(line.contains("403"), "{line}");
+    let all = describe(&out);
+    assert!(!all.contains(wrong) && !all.contains(S3_SECRET), "{all}");
+    assert!(!m.exists(), "the command ran");
+    for sub in ["status", "doctor"] {
+        let out = output(b.cmd(sub).args(["-k", "x"]));
+        let all = describe(&out);
+        assert!(
+            !all.contains(wrong) && !all.contains(S3_SECRET),
+            "{sub}: {all}"
+        );
+    }
+}
+
+/// A server that accepts `If-None-Match: *` and `If-Match` and ignores them (as several
+/// S3-compatible servers do): refused with 78 before the command runs; `doctor` says why.
+#[test]
+fn a_server_that_ignores_conditions_is_refused_with_78() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for con in listener.incoming() {
+            let Ok(con) = con else { return };
+            std::thread::spawn(move || careless_server(con));
+        }
+    });
+    let env = vec![
+        ("AWS_ACCESS_KEY_ID".to_string(), "AK".to_string()),
+        ("AWS_SECRET_ACCESS_KEY".into(), "SK".into()),
+        (
+            "AWS_ENDPOINT_URL".into(),
+            format!("http://127.0.0.1:{port}"),
+        ),
+    ];
+    let b = TestBackend::s3("s3://careless/ci", env);
+    let dir = scratch("s3-careless");
+    let m = dir.join("ran");
+    let out = run_code(
+        &mut b.run(
+            &unique_key("careless"),
+            &[],
+            &sh(&format!("touch {}", m.display())),
+        ),
+        78,
+    );
+    let line = one_error_line(&out);
+    assert!(line.contains("ignores If-None-Match"), "{line}");
+    assert!(!m.exists(), "the command ran");
+    let out = output(&mut b.cmd("doctor"));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("conditional writes"),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// Answers every request 200 with an ETag, whatever its conditions (and 404 to a GET).
+fn careless_server(con: std::net::TcpStream) {
+    let mut r = BufReader::new(con.try_clone().unwrap());
+    let mut w = con;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let get = line.starts_with("GET");
+        let mut length = 0usize;
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            if h.trim().is_empty() {
+                break;
+            }
+            if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        if r.read_exact(&mut body).is_err() {
+            return;
+        }
+        let reply = if get {
+            "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+        } else {
+            "HTTP/1.1 200 OK\r\nETag: \"abc\"\r\nContent-Length: 0\r\n\r\n"
+        };
+        if w.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
