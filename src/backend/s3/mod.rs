@@ -22,6 +22,7 @@ mod lease;
 mod probe;
 mod record;
 mod sign;
+mod waiting;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -234,57 +235,18 @@ fn next_poll(now: Duration) -> (Duration, Duration) {
     (now.mul_f64(jitter), next)
 }
 
-impl Backend for S3Backend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::S3
-    }
-
-    fn location(&self) -> String {
-        self.place.describe()
-    }
-
-    fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
-        let mut c = self.client(REQUEST_TIMEOUT);
-        let mut keys = Vec::new();
-        let mut token: Option<String> = None;
-        for _ in 0..20 {
-            let mut query = vec![("list-type", "2".to_string())];
-            query.push(("prefix", self.place.prefix.clone()));
-            if let Some(t) = &token {
-                query.push(("continuation-token", t.clone()));
-            }
-            let r = c.get("", &query).map_err(|e| self.transport(e))?;
-            if r.status != 200 {
-                return Err(self.refused(&r));
-            }
-            for name in record::xml_values(&r.body, "Key") {
-                let Some(rest) = name.strip_prefix(&self.place.prefix) else {
-                    continue;
-                };
-                if let Some(k) = rest.strip_suffix(".lock").and_then(super::unescape_key)
-                    && keys.len() < super::MAX_LISTED
-                {
-                    keys.push(k);
-                }
-            }
-            token = record::xml_values(&r.body, "NextContinuationToken")
-                .into_iter()
-                .next();
-            let truncated = record::xml_values(&r.body, "IsTruncated")
-                .first()
-                .is_some_and(|t| t == "true");
-            if !truncated || token.is_none() || keys.len() >= super::MAX_LISTED {
-                break;
-            }
-        }
-        Ok(keys)
-    }
-
-    fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
-        let mut c = self.client(REQUEST_TIMEOUT);
-        probe::ensure(self, &mut c)?;
-        let object = self.object(req.key);
-        let owner = owner_id()?;
+impl S3Backend {
+    /// [`Backend::acquire`]'s loop: reads, writes when the lock is free or its lease was
+    /// watched out, and polls otherwise (leaving a waiter's `mark`).
+    fn acquire_as(
+        &self,
+        req: &Request<'_>,
+        c: &mut Client,
+        object: &str,
+        owner: &str,
+        mark: &mut waiting::Mark,
+    ) -> anyhow::Result<Box<dyn Lease>> {
+        let mut poll = POLL_FIRST;
         let ttl_ms = u64::try_from(req.ttl.as_millis()).unwrap_or(u64::MAX);
         let mine = |counter: u64| LockRecord {
             dlock: 1,
@@ -292,7 +254,7 @@ impl Backend for S3Backend {
             counter,
             beat: 0,
             ttl_ms,
-            owner: Some(owner.clone()),
+            owner: Some(owner.to_string()),
             broken: false,
             holder: Some(crate::model::Record {
                 key: Some(req.key.as_str().to_string()),
@@ -300,7 +262,6 @@ impl Backend for S3Backend {
                 ..req.holder.clone()
             }),
         };
-        let mut poll = POLL_FIRST;
         // The ETag seen and when it was first seen; and, for --no-wait, how long to watch.
         let mut watched: Option<(String, BootInstant)> = None;
         let mut watch_until: Option<BootInstant> = None;
@@ -308,7 +269,7 @@ impl Backend for S3Backend {
             if let Some(sig) = req.interrupted() {
                 return Err(Interrupted(sig).into());
             }
-            let seen = self.read(&mut c, &object)?;
+            let seen = self.read(c, object)?;
             let attempt = match &seen {
                 None => Some((Cond::Absent, mine(1))),
                 Some(s) if s.is_free() => {
@@ -355,11 +316,11 @@ impl Backend for S3Backend {
                 }
             };
             if let Some((cond, rec)) = attempt {
-                match self.try_write(&mut c, &object, cond, &rec, &owner)? {
+                match self.try_write(c, object, cond, &rec, owner)? {
                     Outcome::Won { etag, sent } => {
                         return Ok(Box::new(S3Lease::new(
                             self.client(lease::renew_timeout(req.ttl)),
-                            object,
+                            object.to_string(),
                             etag,
                             rec,
                             req.ttl,
@@ -369,7 +330,7 @@ impl Backend for S3Backend {
                     Outcome::Lost => {
                         // Someone else wrote: read again at once.
                         if req.deadline == Deadline::Now && watch_until.is_none() {
-                            let s = self.read(&mut c, &object)?;
+                            let s = self.read(c, object)?;
                             let h = s.as_ref().map(|s| Self::holder_of(s.record.as_ref()));
                             return Err(req.busy(h.as_ref()));
                         }
@@ -383,8 +344,83 @@ impl Backend for S3Backend {
                 Some(left) if req.deadline != Deadline::Now => nap.min(left),
                 _ => nap,
             };
+            mark.keep(c);
             let _ = req.interrupt.nap(nap);
         }
+    }
+}
+
+impl Backend for S3Backend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::S3
+    }
+
+    fn location(&self) -> String {
+        self.place.describe()
+    }
+
+    fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
+        let mut c = self.client(REQUEST_TIMEOUT);
+        let mut keys = Vec::new();
+        let mut token: Option<String> = None;
+        for _ in 0..20 {
+            let mut query = vec![("list-type", "2".to_string())];
+            query.push(("prefix", self.place.prefix.clone()));
+            if let Some(t) = &token {
+                query.push(("continuation-token", t.clone()));
+            }
+            let r = c.get("", &query).map_err(|e| self.transport(e))?;
+            if r.status != 200 {
+                return Err(self.refused(&r));
+            }
+            for name in record::xml_values(&r.body, "Key") {
+                let Some(rest) = name.strip_prefix(&self.place.prefix) else {
+                    continue;
+                };
+                // A lock's object, or a waiter's mark beside it.
+                let base = match rest.split_once(".lock.w/") {
+                    Some((k, _)) => Some(k),
+                    None => rest.strip_suffix(".lock"),
+                };
+                if let Some(k) = base.and_then(super::unescape_key)
+                    && keys.len() < super::MAX_LISTED
+                    && !keys.contains(&k)
+                {
+                    keys.push(k);
+                }
+            }
+            token = record::xml_values(&r.body, "NextContinuationToken")
+                .into_iter()
+                .next();
+            let truncated = record::xml_values(&r.body, "IsTruncated")
+                .first()
+                .is_some_and(|t| t == "true");
+            if !truncated || token.is_none() || keys.len() >= super::MAX_LISTED {
+                break;
+            }
+        }
+        Ok(keys)
+    }
+
+    fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
+        let mut c = self.client(REQUEST_TIMEOUT);
+        probe::ensure(self, &mut c)?;
+        let object = self.object(req.key);
+        let owner = owner_id()?;
+        let mut mark = waiting::Mark::new(
+            &object,
+            &owner,
+            serde_json::to_vec(req.holder).unwrap_or_default(),
+        );
+        let result = self.acquire_as(req, &mut c, &object, &owner, &mut mark);
+        // After a signal: not ended by the signal itself (its wait took it).
+        let _quiet = result
+            .as_ref()
+            .err()
+            .is_some_and(|e| e.is::<Interrupted>())
+            .then(crate::signals::giving_back);
+        mark.leave(&mut c);
+        result
     }
 
     fn status(&self, key: &Key) -> anyhow::Result<Status> {
@@ -399,9 +435,20 @@ impl Backend for S3Backend {
             status.held = true;
             status.holders.push(Self::holder_of(s.record.as_ref()));
         }
+        let r = c
+            .get(
+                "",
+                &[
+                    ("list-type", "2".into()),
+                    ("prefix", waiting::marks(&object)),
+                ],
+            )
+            .map_err(|e| self.transport(e))?;
+        if r.status == 200 {
+            status.waiters = Some(waiting::count_fresh(&r.body, r.date));
+        }
         Ok(status.with_mode())
     }
-
     fn purge(&self, key: &Key) -> anyhow::Result<()> {
         let mut c = self.client(REQUEST_TIMEOUT);
         let r = c.delete(&self.object(key)).map_err(|e| self.transport(e))?;
