@@ -230,7 +230,7 @@ fn ini_value(text: &str, section: &str, name: &str) -> Option<String> {
 
 /// A reply: status, the headers dlock reads, and the body (at most [`MAX_REPLY`]).
 #[derive(Debug)]
-pub(crate) struct Reply {
+pub(crate) struct S3Reply {
     pub(crate) status: u16,
     pub(crate) etag: Option<String>,
     /// `Date` and `Last-Modified`, in seconds since the epoch (hints only, never decisions).
@@ -239,7 +239,7 @@ pub(crate) struct Reply {
     pub(crate) body: Vec<u8>,
 }
 
-impl Reply {
+impl S3Reply {
     /// S3's error code and message from an error body, for one line.
     pub(crate) fn error(&self) -> String {
         let code = super::record::xml_values(&self.body, "Code")
@@ -287,7 +287,7 @@ impl Client {
 
     /// GET of `object`; an idempotent read is tried again once on a new connection when a
     /// kept-alive one fails (the server may have closed it while idle).
-    pub(crate) fn get(&mut self, object: &str, query: &[(&str, String)]) -> io::Result<Reply> {
+    pub(crate) fn get(&mut self, object: &str, query: &[(&str, String)]) -> io::Result<S3Reply> {
         let reused = self.con.is_some();
         match self.exchange("GET", object, query, Cond::None, b"") {
             Err(e) if reused && !crate::backend::net::is_signalled(&e) => {
@@ -299,12 +299,12 @@ impl Client {
 
     /// PUT of `body` at `object` under `cond`. Not tried again: a failure leaves the outcome
     /// unknown, for the caller to read back.
-    pub(crate) fn put(&mut self, object: &str, cond: Cond<'_>, body: &[u8]) -> io::Result<Reply> {
+    pub(crate) fn put(&mut self, object: &str, cond: Cond<'_>, body: &[u8]) -> io::Result<S3Reply> {
         self.exchange("PUT", object, &[], cond, body)
     }
 
     /// DELETE of `object` (unconditional: for `purge` only).
-    pub(crate) fn delete(&mut self, object: &str) -> io::Result<Reply> {
+    pub(crate) fn delete(&mut self, object: &str) -> io::Result<S3Reply> {
         self.exchange("DELETE", object, &[], Cond::None, b"")
     }
 
@@ -315,7 +315,7 @@ impl Client {
         query: &[(&str, String)],
         cond: Cond<'_>,
         body: &[u8],
-    ) -> io::Result<Reply> {
+    ) -> io::Result<S3Reply> {
         let deadline = Instant::now() + self.timeout;
         let result = self.exchange_by(method, object, query, cond, body, deadline);
         match &result {
@@ -339,7 +339,7 @@ impl Client {
         cond: Cond<'_>,
         body: &[u8],
         deadline: Instant,
-    ) -> io::Result<Reply> {
+    ) -> io::Result<S3Reply> {
         let p = &self.place;
         if self.con.is_none() {
             let connect = Instant::now() + CONNECT_TIMEOUT.min(self.timeout);
@@ -404,7 +404,7 @@ impl Client {
         {
             self.con = None;
         }
-        Ok(Reply {
+        Ok(S3Reply {
             status: reply.status,
             etag: reply.field("etag").map(str::to_string),
             date: reply.field("date").and_then(sign::http_date),

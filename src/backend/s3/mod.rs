@@ -27,9 +27,9 @@ mod waiting;
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::client::{Client, Cond, Place, Reply};
+use self::client::{Client, Cond, Place, S3Reply};
 use self::lease::S3Lease;
-use self::record::{LockRecord, State};
+use self::record::{LockRecord, LockState};
 use super::{Backend, BreakHow, Broken, Frees, Lease, Reach, Request};
 use crate::clock::BootInstant;
 use crate::exit::{Interrupted, Unavailable, Usage};
@@ -84,7 +84,7 @@ impl S3Backend {
     }
 
     /// The error for an answer dlock did not expect (403 for a wrong secret, a missing bucket).
-    fn refused(&self, r: &Reply) -> anyhow::Error {
+    fn refused(&self, r: &S3Reply) -> anyhow::Error {
         Unavailable(format!("{}: {}", self.place.describe(), r.error())).into()
     }
 
@@ -127,7 +127,7 @@ pub(crate) struct Seen {
 
 impl Seen {
     /// The object of a GET's reply; the reply back when it is an error.
-    fn of(r: Reply) -> Result<Option<Seen>, Reply> {
+    fn of(r: S3Reply) -> Result<Option<Seen>, S3Reply> {
         match r.status {
             404 => Ok(None),
             200 => match r.etag.clone() {
@@ -147,7 +147,9 @@ impl Seen {
     }
 
     fn is_free(&self) -> bool {
-        self.record.as_ref().is_some_and(|r| r.state == State::Free)
+        self.record
+            .as_ref()
+            .is_some_and(|r| r.state == LockState::Free)
     }
 
     /// The holder's lease; `None` for an object that is not dlock's (never taken over).
@@ -250,7 +252,7 @@ impl S3Backend {
         let ttl_ms = u64::try_from(req.ttl.as_millis()).unwrap_or(u64::MAX);
         let mine = |counter: u64| LockRecord {
             dlock: 1,
-            state: State::Held,
+            state: LockState::Held,
             counter,
             beat: 0,
             ttl_ms,
@@ -469,7 +471,7 @@ impl Backend for S3Backend {
             let Some(s) = self.read(&mut c, &object)? else {
                 return Ok(Broken::now(status));
             };
-            let Some(rec) = s.record.as_ref().filter(|r| r.state == State::Held) else {
+            let Some(rec) = s.record.as_ref().filter(|r| r.state == LockState::Held) else {
                 return Ok(Broken::now(status));
             };
             let (new, frees) = match how {

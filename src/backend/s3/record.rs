@@ -11,7 +11,7 @@ pub(crate) const MAX_OBJECT: usize = 64 << 10;
 /// Whether the lock is taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum State {
+pub(crate) enum LockState {
     Held,
     Free,
 }
@@ -21,7 +21,7 @@ pub(crate) enum State {
 pub(crate) struct LockRecord {
     /// The format's version (1).
     pub(crate) dlock: u32,
-    pub(crate) state: State,
+    pub(crate) state: LockState,
     /// The fencing token of the latest acquisition: +1 on each, kept by a release.
     pub(crate) counter: u64,
     /// The holder's renewals: each makes a new object, so a new ETag, for waiters to see.
@@ -60,7 +60,7 @@ impl LockRecord {
     /// This record, free (the counter kept).
     pub(crate) fn freed(&self) -> LockRecord {
         LockRecord {
-            state: State::Free,
+            state: LockState::Free,
             owner: None,
             broken: false,
             holder: None,
@@ -71,7 +71,7 @@ impl LockRecord {
 
     /// Whether `owner` holds it.
     pub(crate) fn held_by(&self, owner: &str) -> bool {
-        self.state == State::Held && self.owner.as_deref() == Some(owner)
+        self.state == LockState::Held && self.owner.as_deref() == Some(owner)
     }
 }
 
@@ -111,7 +111,7 @@ mod tests {
     fn records_round_trip_and_others_are_not_records() {
         let r = LockRecord {
             dlock: 1,
-            state: State::Held,
+            state: LockState::Held,
             counter: 7,
             beat: 2,
             ttl_ms: 2000,
