@@ -204,3 +204,27 @@ fn careless_server(con: std::net::TcpStream) {
         }
     }
 }
+
+/// `--once-per` needs a run history, which the S3 backend does not keep yet: refused with the
+/// usage code before anything runs, never run without its check.
+#[test]
+fn once_per_is_refused_with_2() {
+    let Some(s) = shared_seaweedfs() else { return };
+    let b = s3_on(s);
+    let dir = scratch("s3-once-per");
+    let m = dir.join("ran");
+    let out = run_code(
+        &mut b.run(
+            &unique_key("once-per"),
+            &["--once-per", "1h"],
+            &sh(&format!("touch {}", m.display())),
+        ),
+        2,
+    );
+    assert!(
+        one_error_line(&out).contains("--once-per"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!m.exists(), "the command ran");
+}
