@@ -47,6 +47,37 @@ mod tree {
     });
 }
 
+/// Faults under a contending workload (see `faults.rs`).
+mod faults {
+    use super::*;
+
+    crate::faults!(match shared_seaweedfs() {
+        Some(s) => s3_on(s),
+        None => return,
+    });
+}
+
+/// The server paused for twice the TTL under a contending workload: nobody overlaps, tokens
+/// grow, the workload goes on.
+#[test]
+fn fault_server_paused() {
+    let Some(server) = SeaweedFs::start() else {
+        return;
+    };
+    crate::faults::server_paused(&s3_on(&server), &|on| server.freeze(on));
+}
+
+/// The server killed and restarted under a contending workload (its objects are on disk): nobody
+/// overlaps, tokens keep growing across the restart.
+#[test]
+fn fault_server_killed_and_restarted() {
+    let Some(mut server) = SeaweedFs::start() else {
+        return;
+    };
+    let b = s3_on(&server);
+    crate::faults::server_killed_and_restarted(&b, &mut || server.restart());
+}
+
 /// The server stops answering (SIGSTOP) for longer than the TTL: the command is stopped before
 /// a waiter could have watched a whole lease.
 #[test]

@@ -19,6 +19,9 @@ pub(crate) struct SeaweedFs {
     pub(crate) port: u16,
     dir: PathBuf,
     child: Child,
+    /// The command line, for a restart on the same ports and data.
+    weed: PathBuf,
+    args: Vec<String>,
 }
 
 /// The `weed` binary: `DLOCK_TEST_WEED`, else on PATH, else .ci/run's venv; `None` (a loud
@@ -51,31 +54,37 @@ impl SeaweedFs {
             .unwrap();
             let ports: Vec<u16> = (0..8).map(|_| free_port()).collect();
             let port = ports[6];
+            let args: Vec<String> = vec![
+                format!("-logdir={}", dir.display()),
+                "server".into(),
+                "-ip=127.0.0.1".into(),
+                "-ip.bind=127.0.0.1".into(),
+                "-s3".into(),
+                format!("-dir={}", dir.join("data").display()),
+                format!("-master.port={}", ports[0]),
+                format!("-master.port.grpc={}", ports[1]),
+                format!("-volume.port={}", ports[2]),
+                format!("-volume.port.grpc={}", ports[3]),
+                format!("-filer.port={}", ports[4]),
+                format!("-filer.port.grpc={}", ports[5]),
+                format!("-s3.port={port}"),
+                format!("-s3.port.grpc={}", ports[7]),
+                "-s3.port.iceberg=0".into(),
+                "-s3.port.lance=0".into(),
+                format!("-s3.config={}", dir.join("identities.json").display()),
+                format!("-filer.localSocket={}", dir.join("f.sock").display()),
+                format!("-s3.localSocket={}", dir.join("s.sock").display()),
+            ];
             let mut cmd = Command::new(&weed);
-            cmd.arg(format!("-logdir={}", dir.display()))
-                .arg("server")
-                .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-s3"])
-                .arg(format!("-dir={}", dir.join("data").display()))
-                .arg(format!("-master.port={}", ports[0]))
-                .arg(format!("-master.port.grpc={}", ports[1]))
-                .arg(format!("-volume.port={}", ports[2]))
-                .arg(format!("-volume.port.grpc={}", ports[3]))
-                .arg(format!("-filer.port={}", ports[4]))
-                .arg(format!("-filer.port.grpc={}", ports[5]))
-                .arg(format!("-s3.port={port}"))
-                .arg(format!("-s3.port.grpc={}", ports[7]))
-                .args(["-s3.port.iceberg=0", "-s3.port.lance=0"])
-                .arg(format!(
-                    "-s3.config={}",
-                    dir.join("identities.json").display()
-                ))
-                .arg(format!(
-                    "-filer.localSocket={}",
-                    dir.join("f.sock").display()
-                ))
-                .arg(format!("-s3.localSocket={}", dir.join("s.sock").display()));
+            cmd.args(&args);
             let child = spawn_server(cmd).expect("spawn weed");
-            let mut s = SeaweedFs { port, dir, child };
+            let mut s = SeaweedFs {
+                port,
+                dir,
+                child,
+                weed: weed.clone(),
+                args,
+            };
             // Ready when the bucket can be made (the filer and a volume are up).
             let (p, d) = (port, s.dir.clone());
             let ready = wait_ready(
@@ -103,6 +112,27 @@ impl SeaweedFs {
             ("AWS_CONFIG_FILE".into(), "/dev/null".into()),
             ("AWS_SHARED_CREDENTIALS_FILE".into(), "/dev/null".into()),
         ]
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same ports and data; returns once
+    /// it answers.
+    pub(crate) fn restart(&mut self) {
+        self.freeze(false);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut cmd = Command::new(&self.weed);
+        cmd.args(&self.args);
+        self.child = spawn_server(cmd).expect("spawn weed");
+        let (p, d) = (self.port, self.dir.clone());
+        assert!(
+            wait_ready(
+                &mut self.child,
+                || make_bucket(p),
+                || format!("SeaweedFS did not restart in 30 s; logs in {}", d.display()),
+            ),
+            "SeaweedFS exited on restart; logs in {}",
+            self.dir.display()
+        );
     }
 
     /// SIGSTOP (`true`) or SIGCONT (`false`) to the server.
