@@ -191,6 +191,7 @@ fn a_server_that_ignores_conditions_is_refused_with_78() {
     assert!(line.contains("ignores If-None-Match"), "{line}");
     assert!(!m.exists(), "the command ran");
     let out = output(&mut b.cmd("doctor"));
+    assert_eq!(out.status.code(), Some(78), "{}", describe(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("conditional writes"),
         "{}",
@@ -258,4 +259,39 @@ fn once_per_is_refused_with_2() {
         describe(&out)
     );
     assert!(!m.exists(), "the command ran");
+}
+
+/// `--no-wait` on a record whose holder died (kill -9 of the guardian's dlock leaves the record
+/// held): fresh by the server's clock, busy at once; stale, the run watches the same ETag for a
+/// whole lease on its own clock and then takes over — never before.
+#[test]
+fn no_wait_takes_over_a_dead_holder_only_after_watching_a_lease() {
+    let Some(s) = shared_seaweedfs() else { return };
+    let b = s3_on(s);
+    let key = unique_key("no-wait-stale");
+    let (p, _child) = b.hold(&key, &[]);
+    p.signal(libc::SIGKILL);
+    let t = Instant::now();
+    run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    let taken = Instant::now();
+    let mut took = Duration::ZERO;
+    wait_until(
+        Duration::from_secs(20),
+        "a --no-wait run to take over",
+        || {
+            let t = Instant::now();
+            let ok = output(&mut b.run(&key, &["--no-wait"], &["true"]))
+                .status
+                .success();
+            took = t.elapsed();
+            ok
+        },
+    );
+    assert!(
+        took >= b.ttl,
+        "took over after watching only {took:?} (lease {:?}; {:?} after the kill)",
+        b.ttl,
+        taken.elapsed()
+    );
 }
