@@ -139,11 +139,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -281,11 +281,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -366,11 +366,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -430,11 +430,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -515,18 +515,18 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__doctor)
-            opts="-b -u -h -V --backend --url --ttl --json --help --version file redis zookeeper mysql postgres etcd"
+            opts="-b -u -h -V --backend --url --ttl --json --help --version file redis zookeeper mysql postgres etcd s3"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -761,11 +761,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -829,11 +829,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -894,11 +894,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -958,11 +958,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -1078,11 +1078,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zookeeper mysql postgres etcd s3" -- "${cur}"))
                     return 0
                     ;;
                 --url)

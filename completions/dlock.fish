@@ -44,7 +44,8 @@ redis\t'Redis (single instance, Redlock with --url given 3, 5, ... times, Cluste
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
-etcd\t'etcd (the lock recipe of etcdctl lock)'"
+etcd\t'etcd (the lock recipe of etcdctl lock)'
+s3\t'S3 or a compatible server (conditional writes, a lease by observation)'"
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s k -l key -d 'The lock\'s name (1-256 bytes of UTF-8, no control characters); repeat to hold several locks at once (taken in one fixed order, so runs never deadlock)' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Semaphore: up to N holders of KEY at once; every user of KEY must give the same N' -r -f
@@ -66,7 +67,8 @@ redis\t'Redis (single instance, Redlock with --url given 3, 5, ... times, Cluste
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
-etcd\t'etcd (the lock recipe of etcdctl lock)'"
+etcd\t'etcd (the lock recipe of etcdctl lock)'
+s3\t'S3 or a compatible server (conditional writes, a lease by observation)'"
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s k -l key -d 'The lock\'s name (1-256 bytes of UTF-8, no control characters); repeat to hold several locks at once (taken in one fixed order, so runs never deadlock)' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand acquire" -s l -l limit -d 'Semaphore: up to N holders of KEY at once; every user of KEY must give the same N' -r -f
@@ -99,7 +101,8 @@ redis\t'Redis (single instance, Redlock with --url given 3, 5, ... times, Cluste
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
-etcd\t'etcd (the lock recipe of etcdctl lock)'"
+etcd\t'etcd (the lock recipe of etcdctl lock)'
+s3\t'S3 or a compatible server (conditional writes, a lease by observation)'"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s k -l key -d 'The lock\'s name; without it, every lock held or waited for on the backend, one line each' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print one JSON object (key, backend, held, holders, ...); without --key, an array of them'
@@ -112,7 +115,8 @@ redis\t'Redis (single instance, Redlock with --url given 3, 5, ... times, Cluste
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
-etcd\t'etcd (the lock recipe of etcdctl lock)'"
+etcd\t'etcd (the lock recipe of etcdctl lock)'
+s3\t'S3 or a compatible server (conditional writes, a lease by observation)'"
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s k -l key -d 'The lock\'s name' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand log" -s r -l runs -d 'How many runs to show, newest first' -r -f
@@ -127,7 +131,8 @@ redis\t'Redis (single instance, Redlock with --url given 3, 5, ... times, Cluste
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
-etcd\t'etcd (the lock recipe of etcdctl lock)'"
+etcd\t'etcd (the lock recipe of etcdctl lock)'
+s3\t'S3 or a compatible server (conditional writes, a lease by observation)'"
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s k -l key -d 'The lock\'s name' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand break" -s w -l wait -d 'Wait until the broken holder has stopped and let go (at most DURATION when given)' -r -f
@@ -141,7 +146,8 @@ redis\t'Redis (single instance, Redlock with --url given 3, 5, ... times, Cluste
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
-etcd\t'etcd (the lock recipe of etcdctl lock)'"
+etcd\t'etcd (the lock recipe of etcdctl lock)'
+s3\t'S3 or a compatible server (conditional writes, a lease by observation)'"
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -s c -l clients -d 'Contending clients (threads, each with its own connection) in the hand-off phase' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand bench" -s d -l duration -d 'How long each phase runs [default: 3s]' -r -f
@@ -157,7 +163,8 @@ redis\t'Redis (single instance, Redlock with --url given 3, 5, ... times, Cluste
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
-etcd\t'etcd (the lock recipe of etcdctl lock)'"
+etcd\t'etcd (the lock recipe of etcdctl lock)'
+s3\t'S3 or a compatible server (conditional writes, a lease by observation)'"
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l ttl -d 'The lease length the checks judge against (a ZooKeeper session timeout, a restart\'s hold-back), as `run --ttl`' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l json -d 'Print one JSON object instead of the lines'
@@ -168,7 +175,8 @@ redis\t'Redis (single instance, Redlock with --url given 3, 5, ... times, Cluste
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
-etcd\t'etcd (the lock recipe of etcdctl lock)'"
+etcd\t'etcd (the lock recipe of etcdctl lock)'
+s3\t'S3 or a compatible server (conditional writes, a lease by observation)'"
 complete -c dlock -n "__fish_dlock_using_subcommand prune" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand prune" -l older-than -d 'Remove keys untouched for DURATION instead of 30 days (at least 1s)' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand prune" -s v -l verbose -d 'Log acquire, renew and release events with timings'
@@ -180,7 +188,8 @@ redis\t'Redis (single instance, Redlock with --url given 3, 5, ... times, Cluste
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
-etcd\t'etcd (the lock recipe of etcdctl lock)'"
+etcd\t'etcd (the lock recipe of etcdctl lock)'
+s3\t'S3 or a compatible server (conditional writes, a lease by observation)'"
 complete -c dlock -n "__fish_dlock_using_subcommand check" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand check" -s k -l key -d 'The key whose job is watched; repeat for several (the worst state wins)' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand check" -s c -l max-age -d 'CRITICAL when the newest run started longer ago than this (e.g. 25h for a daily job; -c as in the plugin guidelines)' -r -f
@@ -194,7 +203,8 @@ redis\t'Redis (single instance, Redlock with --url given 3, 5, ... times, Cluste
 zookeeper\t'ZooKeeper (ephemeral sequential nodes)'
 mysql\t'MySQL or MariaDB (GET_LOCK)'
 postgres\t'PostgreSQL (session advisory locks)'
-etcd\t'etcd (the lock recipe of etcdctl lock)'"
+etcd\t'etcd (the lock recipe of etcdctl lock)'
+s3\t'S3 or a compatible server (conditional writes, a lease by observation)'"
 complete -c dlock -n "__fish_dlock_using_subcommand metrics" -s u -l url -d 'Where the backend lives, e.g. file:///var/lock/dlock, redis://host:6379; repeat (or separate with spaces in DLOCK_URL) for Redlock' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand metrics" -s k -l key -d 'A key to report; repeat for several [default: every key with a run history]' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand metrics" -l write -d 'Write to FILE atomically (a temporary file beside it, then renamed) instead of stdout' -r -F

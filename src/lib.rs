@@ -1,5 +1,5 @@
 //! dlock runs a command while holding a named lock on a local file, Redis, ZooKeeper,
-//! MySQL/MariaDB, PostgreSQL or etcd, keeps the lease alive in a background thread, and stops the
+//! MySQL/MariaDB, PostgreSQL, etcd or S3, keeps the lease alive in a background thread, and stops the
 //! command — its whole process tree — before the lock could be held by anyone else when the lease
 //! is lost.
 //!
@@ -21,7 +21,8 @@
         feature = "zookeeper",
         feature = "mysql",
         feature = "postgres",
-        feature = "etcd"
+        feature = "etcd",
+        feature = "s3"
     )),
     allow(dead_code, unused_imports)
 )]

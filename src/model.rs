@@ -70,6 +70,8 @@ pub(crate) enum BackendKind {
     Postgres,
     /// etcd (the lock recipe of etcdctl lock)
     Etcd,
+    /// S3 or a compatible server (conditional writes, a lease by observation)
+    S3,
 }
 
 impl BackendKind {
@@ -87,6 +89,7 @@ impl BackendKind {
             BackendKind::Mysql => "mysql",
             BackendKind::Postgres => "postgres",
             BackendKind::Etcd => "etcd",
+            BackendKind::S3 => "s3",
         }
     }
 
@@ -99,6 +102,7 @@ impl BackendKind {
             BackendKind::Mysql => "MySQL/MariaDB",
             BackendKind::Postgres => "PostgreSQL",
             BackendKind::Etcd => "etcd",
+            BackendKind::S3 => "S3",
         }
     }
 
@@ -118,6 +122,7 @@ impl BackendKind {
             BackendKind::Mysql => &["mysql", "mariadb"],
             BackendKind::Postgres => &["postgres", "postgresql"],
             BackendKind::Etcd => &["etcd", "etcds"],
+            BackendKind::S3 => &["s3"],
         }
     }
 

@@ -10,6 +10,8 @@
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod file;
+#[cfg(any(feature = "etcd", feature = "s3"))]
+pub(crate) mod frame;
 pub(crate) mod ground;
 pub(crate) mod hosts;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
@@ -18,7 +20,7 @@ mod marks;
 pub(crate) mod memory;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
-#[cfg(any(feature = "redis", feature = "etcd"))]
+#[cfg(any(feature = "redis", feature = "etcd", feature = "s3"))]
 pub(crate) mod net;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
@@ -26,6 +28,8 @@ pub(crate) mod postgres;
 pub(crate) mod redis;
 #[cfg(feature = "redis")]
 pub(crate) mod redlock;
+#[cfg(feature = "s3")]
+pub(crate) mod s3;
 mod support;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
@@ -36,7 +40,12 @@ use std::time::Duration;
 pub(crate) use self::support::absolute;
 #[cfg(any(feature = "zookeeper", feature = "postgres"))]
 pub(crate) use self::support::async_runtime;
-#[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "etcd",
+    feature = "s3"
+))]
 pub(crate) use self::support::system_roots;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 pub(crate) use self::support::{SQL_EVENT_HEAD, SQL_EVENT_WHOLE, sql_event};
@@ -577,6 +586,8 @@ fn open_as(target: &Target, create: bool) -> anyhow::Result<Box<dyn Backend>> {
         BackendKind::Zookeeper => Ok(Box::new(zookeeper::ZkBackend::open(&target.urls)?)),
         #[cfg(feature = "etcd")]
         BackendKind::Etcd => Ok(Box::new(etcd::EtcdBackend::open(&target.urls)?)),
+        #[cfg(feature = "s3")]
+        BackendKind::S3 => Ok(Box::new(s3::S3Backend::open(&target.urls)?)),
         #[allow(unreachable_patterns)]
         missing => Err(crate::exit::Usage(format!(
             "this dlock was built without the {} backend: build it with `--features {}`",

@@ -41,7 +41,12 @@ pub(crate) fn async_runtime(
 
 /// The system's trusted CA certificates (`SSL_CERT_FILE`/`SSL_CERT_DIR` honoured), for the
 /// backends that do TLS with rustls themselves (Redis, PostgreSQL).
-#[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "etcd",
+    feature = "s3"
+))]
 ///
 /// Read once per process: `SSL_CERT_FILE` and `SSL_CERT_DIR` may be relative to the caller's
 /// directory, which the acquire holder leaves once it holds the lock (it reconnects from `/`).

@@ -608,7 +608,7 @@ mod tests {
         }
         assert_eq!(
             BackendKind::prose(" (the default)"),
-            "a local file (the default), Redis, ZooKeeper, MySQL/MariaDB, PostgreSQL or etcd"
+            "a local file (the default), Redis, ZooKeeper, MySQL/MariaDB, PostgreSQL, etcd or S3"
         );
     }
 

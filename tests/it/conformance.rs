@@ -585,6 +585,8 @@ pub(crate) fn status_names_the_lock_as_the_server_knows_it(b: &TestBackend) {
         "mysql" => assert_eq!(name, format!("dlock:{key}"), "{s}"),
         "postgres" => assert!(name.parse::<i64>().is_ok(), "{s}"),
         "etcd" => assert_eq!(name, format!("dlock/{key}/"), "{s}"),
+        // The harness's bucket and PREFIX (tests/it/s3.rs).
+        "s3" => assert_eq!(name, format!("s3://dlock-test/ci/{key}.lock"), "{s}"),
         other => panic!("no expectation for {other}"),
     }
     h.close_stdin();

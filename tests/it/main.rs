@@ -35,6 +35,7 @@ mod redis_ground;
 mod redis_sentinel;
 mod redlock;
 mod retention;
+mod s3;
 mod servers;
 mod sql_safety;
 mod structure;

@@ -123,6 +123,16 @@ impl TestBackend {
         }
     }
 
+    /// S3 (SeaweedFS) at `bucket_url`, with the AWS CLI's environment `env`: exclusive
+    /// locks only. A waiter polls (up to 500 ms) and takes over only after watching a whole
+    /// lease.
+    pub(crate) fn s3(bucket_url: &str, env: Vec<(String, String)>) -> TestBackend {
+        TestBackend {
+            env,
+            ..TestBackend::server("s3", bucket_url)
+        }
+    }
+
     /// MySQL/MariaDB at `url`.
     pub(crate) fn mysql(url: &str) -> TestBackend {
         TestBackend {

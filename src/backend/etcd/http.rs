@@ -7,14 +7,14 @@
 //! build script, so `cargo build` fails on a machine without `protoc`; and it is no faster here,
 //! since the server dominates (docs/design.md, "Dependencies").
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::{Value, json};
 
-use super::frame::{MAX_REPLY, Source, decode_chunks, read_body, read_head};
 use crate::backend::Reach;
+use crate::backend::frame::{Conn, MAX_REPLY, Source, decode_chunks, read_body, read_head};
 use crate::backend::net::Stream;
 
 /// Connecting to one endpoint (TCP and TLS handshake).
@@ -383,50 +383,6 @@ fn exchange(
         return Err(server_error(head.status, &reply));
     }
     Ok(reply)
-}
-
-/// A connection with a read buffer: a reply's head is read line by line, and reading a byte
-/// at a time from the socket cost two system calls a byte (7 ms a run).
-pub(super) struct Conn {
-    s: Stream,
-    buf: Box<[u8]>,
-    /// `buf[at..end]` is read from the socket and not yet taken.
-    at: usize,
-    end: usize,
-}
-
-impl Conn {
-    fn new(s: Stream) -> Conn {
-        Conn {
-            s,
-            buf: vec![0; 16 << 10].into_boxed_slice(),
-            at: 0,
-            end: 0,
-        }
-    }
-
-    /// Bounds what follows (see [`Stream::bound`]).
-    fn bound(&mut self, deadline: Instant) {
-        self.s.bound(deadline, MAX_REPLY);
-    }
-}
-
-impl Source for Conn {
-    /// Reads from the socket when nothing is buffered. A forwarded signal ends the wait
-    /// (`net::is_signalled`; nothing retries it).
-    fn available(&mut self) -> io::Result<&[u8]> {
-        if self.at == self.end {
-            // Empty before the read: a read that fails (a deadline) must not bring back
-            // bytes already taken.
-            (self.at, self.end) = (0, 0);
-            self.end = self.s.read(&mut self.buf)?;
-        }
-        Ok(&self.buf[self.at..self.end])
-    }
-
-    fn consume(&mut self, n: usize) {
-        self.at += n;
-    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,6 @@
 //! - Run history ([`history`]): keys under `dlock/%history/KEY/`, `--once-per`'s leased marker
 //!   `dlock/%history/KEY` (KEY escaped as for the lock; no lock's range holds them).
 
-mod frame;
 mod ground;
 mod history;
 mod http;

@@ -155,6 +155,7 @@ mod poolers;
 mod postgres;
 mod proxy;
 mod redis;
+mod seaweedfs;
 mod twemproxy;
 mod zookeeper;
 
@@ -165,5 +166,6 @@ pub(crate) use self::poolers::*;
 pub(crate) use self::postgres::*;
 pub(crate) use self::proxy::*;
 pub(crate) use self::redis::*;
+pub(crate) use self::seaweedfs::*;
 pub(crate) use self::twemproxy::*;
 pub(crate) use self::zookeeper::*;

@@ -1,0 +1,354 @@
+//! The S3 backend against a real SeaweedFS started by the harness, with a signed identity; and
+//! against a server that ignores conditional writes (a fake, for the refusal only).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::time::{Duration, Instant};
+
+use crate::servers::{S3_BUCKET, S3_SECRET, SeaweedFs, shared_seaweedfs};
+use crate::util::*;
+
+/// The shared server as a test backend, under PREFIX `ci`.
+fn s3_on(s: &SeaweedFs) -> TestBackend {
+    TestBackend::s3(&format!("s3://{S3_BUCKET}/ci"), s.env())
+}
+
+crate::conformance!(match shared_seaweedfs() {
+    Some(s) => s3_on(s),
+    None => return,
+});
+
+/// `dlock acquire` and `dlock release` (see `acquire.rs`).
+mod acquire {
+    use super::*;
+
+    crate::acquire!(match shared_seaweedfs() {
+        Some(s) => s3_on(s),
+        None => return,
+    });
+}
+
+/// Several keys, nested runs; `--shared` and `--limit` are refused (exit 2).
+mod modes {
+    use super::*;
+
+    crate::modes!(match shared_seaweedfs() {
+        Some(s) => s3_on(s),
+        None => return,
+    });
+}
+
+/// The command's whole process tree, whatever ends dlock (see `tree.rs`).
+mod tree {
+    use super::*;
+
+    crate::tree!(match shared_seaweedfs() {
+        Some(s) => s3_on(s),
+        None => return,
+    });
+}
+
+/// Faults under a contending workload (see `faults.rs`).
+mod faults {
+    use super::*;
+
+    crate::faults!(match shared_seaweedfs() {
+        Some(s) => s3_on(s),
+        None => return,
+    });
+}
+
+/// The server paused for twice the TTL under a contending workload: nobody overlaps, tokens
+/// grow, the workload goes on.
+#[test]
+fn fault_server_paused() {
+    let Some(server) = SeaweedFs::start() else {
+        return;
+    };
+    crate::faults::server_paused(&s3_on(&server), &|on| server.freeze(on));
+}
+
+/// The server killed and restarted under a contending workload (its objects are on disk): nobody
+/// overlaps, tokens keep growing across the restart.
+#[test]
+fn fault_server_killed_and_restarted() {
+    let Some(mut server) = SeaweedFs::start() else {
+        return;
+    };
+    let b = s3_on(&server);
+    crate::faults::server_killed_and_restarted(&b, &mut || server.restart());
+}
+
+/// The server stops answering (SIGSTOP) for longer than the TTL: the command is stopped before
+/// a waiter could have watched a whole lease.
+#[test]
+fn server_paused_longer_than_the_ttl_stops_the_command_in_time() {
+    let Some(server) = SeaweedFs::start() else {
+        return;
+    };
+    let b = TestBackend {
+        ttl: Duration::from_millis(1500),
+        ..s3_on(&server)
+    };
+    crate::conformance::paused_server_stops_the_command_in_time(&b, |on| server.freeze(on));
+}
+
+/// The issue's case: frozen 4 s under `--ttl 2s`: the command is dead within 2 s of the
+/// freeze and dlock exits 79.
+#[test]
+fn server_frozen_4s_under_ttl_2s_ends_with_79() {
+    let Some(server) = SeaweedFs::start() else {
+        return;
+    };
+    let b = s3_on(&server);
+    let (p, child) = b.hold(&unique_key("frozen"), &[]);
+    server.freeze(true);
+    let frozen = Instant::now();
+    let died = wait_until(Duration::from_secs(4), "the command to be stopped", || {
+        !alive(child)
+    });
+    let (out, _) = p.wait(Duration::from_secs(10));
+    let waited = frozen.elapsed();
+    if waited < Duration::from_secs(4) {
+        std::thread::sleep(Duration::from_secs(4) - waited);
+    }
+    server.freeze(false);
+    assert!(
+        died < Duration::from_secs(2),
+        "the command lived {died:?} after the freeze"
+    );
+    assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
+}
+
+/// A wrong secret: 69, one line, and the secret is never printed (not even the wrong one).
+#[test]
+fn wrong_secret_is_69_and_never_printed() {
+    let Some(s) = shared_seaweedfs() else { return };
+    let wrong = "wrong-secret-5e1f0c";
+    let mut env = s.env();
+    for (k, v) in &mut env {
+        if k == "AWS_SECRET_ACCESS_KEY" {
+            *v = wrong.into();
+        }
+    }
+    let b = TestBackend::s3(&format!("s3://{S3_BUCKET}/ci"), env);
+    let dir = scratch("s3-wrong");
+    let m = dir.join("ran");
+    let out = run_code(
+        &mut b.run(
+            &unique_key("wrong"),
+            &[],
+            &sh(&format!("touch {}", m.display())),
+        ),
+        69,
+    );
+    let line = one_error_line(&out);
+    assert!(line.contains("403"), "{line}");
+    let all = describe(&out);
+    assert!(!all.contains(wrong) && !all.contains(S3_SECRET), "{all}");
+    assert!(!m.exists(), "the command ran");
+    for sub in ["status", "doctor"] {
+        let out = output(b.cmd(sub).args(["-k", "x"]));
+        let all = describe(&out);
+        assert!(
+            !all.contains(wrong) && !all.contains(S3_SECRET),
+            "{sub}: {all}"
+        );
+    }
+}
+
+/// A server that accepts `If-None-Match: *` and `If-Match` and ignores them (as several
+/// S3-compatible servers do): refused with 78 before the command runs; `doctor` says why.
+#[test]
+fn a_server_that_ignores_conditions_is_refused_with_78() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for con in listener.incoming() {
+            let Ok(con) = con else { return };
+            std::thread::spawn(move || careless_server(con));
+        }
+    });
+    let env = vec![
+        ("AWS_ACCESS_KEY_ID".to_string(), "AK".to_string()),
+        ("AWS_SECRET_ACCESS_KEY".into(), "SK".into()),
+        (
+            "AWS_ENDPOINT_URL".into(),
+            format!("http://127.0.0.1:{port}"),
+        ),
+    ];
+    let b = TestBackend::s3("s3://careless/ci", env);
+    let dir = scratch("s3-careless");
+    let m = dir.join("ran");
+    let out = run_code(
+        &mut b.run(
+            &unique_key("careless"),
+            &[],
+            &sh(&format!("touch {}", m.display())),
+        ),
+        78,
+    );
+    let line = one_error_line(&out);
+    assert!(line.contains("ignores If-None-Match"), "{line}");
+    assert!(!m.exists(), "the command ran");
+    let out = output(&mut b.cmd("doctor"));
+    assert_eq!(out.status.code(), Some(78), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("conditional writes"),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// Answers every request 200 with an ETag, whatever its conditions (and 404 to a GET).
+fn careless_server(con: std::net::TcpStream) {
+    let mut r = BufReader::new(con.try_clone().unwrap());
+    let mut w = con;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let get = line.starts_with("GET");
+        let mut length = 0usize;
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            if h.trim().is_empty() {
+                break;
+            }
+            if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        if r.read_exact(&mut body).is_err() {
+            return;
+        }
+        let reply = if get {
+            "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+        } else {
+            "HTTP/1.1 200 OK\r\nETag: \"abc\"\r\nContent-Length: 0\r\n\r\n"
+        };
+        if w.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// `--once-per` needs a run history, which the S3 backend does not keep yet: refused with the
+/// usage code before anything runs, never run without its check.
+#[test]
+fn once_per_is_refused_with_2() {
+    let Some(s) = shared_seaweedfs() else { return };
+    let b = s3_on(s);
+    let dir = scratch("s3-once-per");
+    let m = dir.join("ran");
+    let out = run_code(
+        &mut b.run(
+            &unique_key("once-per"),
+            &["--once-per", "1h"],
+            &sh(&format!("touch {}", m.display())),
+        ),
+        2,
+    );
+    assert!(
+        one_error_line(&out).contains("--once-per"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!m.exists(), "the command ran");
+}
+
+/// `--no-wait` on a record whose holder died (kill -9 of the guardian's dlock leaves the record
+/// held): fresh by the server's clock, busy at once; stale, the run watches the same ETag for a
+/// whole lease on its own clock and then takes over — never before.
+#[test]
+fn no_wait_takes_over_a_dead_holder_only_after_watching_a_lease() {
+    let Some(s) = shared_seaweedfs() else { return };
+    let b = s3_on(s);
+    let key = unique_key("no-wait-stale");
+    let (p, _child) = b.hold(&key, &[]);
+    p.signal(libc::SIGKILL);
+    let t = Instant::now();
+    run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    let taken = Instant::now();
+    let mut took = Duration::ZERO;
+    wait_until(
+        Duration::from_secs(20),
+        "a --no-wait run to take over",
+        || {
+            let t = Instant::now();
+            let ok = output(&mut b.run(&key, &["--no-wait"], &["true"]))
+                .status
+                .success();
+            took = t.elapsed();
+            ok
+        },
+    );
+    assert!(
+        took >= b.ttl,
+        "took over after watching only {took:?} (lease {:?}; {:?} after the kill)",
+        b.ttl,
+        taken.elapsed()
+    );
+}
+
+/// A script takes the same lock with a plain signed HTTP client (curl's SigV4, as the AWS CLI
+/// would with `put-object --if-none-match '*'` / `--if-match`), by writing dlock's record: dlock
+/// waits for it, and takes the lock, with the next token, once the script frees it.
+#[test]
+fn a_script_with_curl_takes_the_same_lock() {
+    let Some(s) = shared_seaweedfs() else { return };
+    let b = s3_on(s);
+    let key = unique_key("curl");
+    let url = format!("http://127.0.0.1:{}/{S3_BUCKET}/ci/{key}.lock", s.port);
+    let curl = |extra: &[&str]| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-i", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user"])
+            .arg(format!("{}:{S3_SECRET}", crate::servers::S3_KEY_ID))
+            // curl 7.88 signs a body only when told how (else the server says 403).
+            .args(["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"])
+            .args(extra)
+            .arg(&url)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let held =
+        r#"{"dlock":1,"state":"held","counter":41,"beat":0,"ttl_ms":600000,"owner":"script"}"#;
+    let put = curl(&["-X", "PUT", "-H", "If-None-Match: *", "--data-binary", held]);
+    assert!(put.starts_with("HTTP/1.1 200"), "{put}");
+    let etag = put
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("etag:")
+                .then(|| l[5..].trim().to_string())
+        })
+        .expect("an ETag");
+    run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
+    let dir = scratch("s3-curl");
+    let m = dir.join("token");
+    let waiter = Proc::spawn(&mut b.run(
+        &key,
+        &["--wait", "30s"],
+        &sh(&format!("echo $DLOCK_FENCING_TOKEN > {}", m.display())),
+    ));
+    crate::conformance::wait_until_waiting(&b, &key, 1);
+    let free = r#"{"dlock":1,"state":"free","counter":41,"beat":0,"ttl_ms":600000}"#;
+    let put = curl(&[
+        "-X",
+        "PUT",
+        "-H",
+        &format!("If-Match: {etag}"),
+        "--data-binary",
+        free,
+    ]);
+    assert!(put.starts_with("HTTP/1.1 200"), "{put}");
+    let (out, _) = waiter.wait(Duration::from_secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(std::fs::read_to_string(&m).unwrap().trim(), "42");
+}
