@@ -289,8 +289,16 @@ impl Backend for Redlock {
                     })
                     .min()
                     .and_then(|up| super::hold_back_until(up, req.ttl));
+                // The start counts when a quorum of the grants carried it (a master whose
+                // history key is someone else's records none); else `begin_run` writes it (the
+                // masters' lists are merged by event, so a second copy shows once).
+                let recorded = replies
+                    .iter()
+                    .zip(&entries)
+                    .filter(|(r, e)| matches!(r, Ok((1, _, _))) && e.is_some())
+                    .count();
                 return Ok(Box::new(RedlockLease {
-                    started: opening.is_some(),
+                    started: recorded >= self.quorum(),
                     slots,
                     keys,
                     token,
