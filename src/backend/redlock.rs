@@ -8,6 +8,8 @@
 //! Renewal needs a quorum. There is no fencing token: independent masters cannot hand out a number
 //! that grows across all of them, so `DLOCK_FENCING_TOKEN` is unset and `status` says why.
 
+mod give_back;
+
 use std::time::Duration;
 
 use redis::Script;
@@ -18,8 +20,8 @@ use crate::backend::Grant;
 use crate::history::{Begun, MAX_EVENTS, Stored};
 
 use super::redis::{
-    BROKEN, BROKEN_PREFIX, COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, acquire_script,
-    break_script, broken_by_tombstones, release_script, script, token,
+    BROKEN, BROKEN_PREFIX, COMMAND_TIMEOUT, Keys, Node, RENEW, STATUS, acquire_starting,
+    break_script, broken_by_tombstones, granted_entry, release_script, script, token,
 };
 use super::{Backend, BreakHow, Broken, Lease, RenewError, Request};
 use crate::clock::{BootInstant, drift_margin};
@@ -196,6 +198,10 @@ impl Backend for Redlock {
         let meta = serde_json::to_string(req.holder)?;
         let ttl_ms = req.ttl.as_millis() as u64;
         let timeout = node_timeout(req.ttl);
+        // The run's start, recorded by each master's acquire script when it grants the lock
+        // (without a token: one master's fence is none, and the masters' copies must be equal).
+        let opening = req.start.map(|o| (o.body(), false));
+        let run = req.start.map(|o| o.id.as_str());
         let mut slots = self.slots();
         let mut told_holder = false;
         loop {
@@ -209,13 +215,34 @@ impl Backend for Redlock {
                 .remaining()
                 .map_or(5000, |d| d.as_millis().min(5000) as u64);
             let start = BootInstant::now();
-            let mut replies = parallel(&mut slots, |slot| {
+            // Each master's script records the run's start when it grants the lock (its reply
+            // carries the entry); the start counts once a quorum granted, and every grant given
+            // back below takes its start back first.
+            let raw = parallel(&mut slots, |slot| {
                 slot.with(timeout, |c| {
-                    acquire_script(&keys, Mode::Exclusive, &token, ttl_ms, &meta, waiting_ms)
-                        .invoke(c)
-                        .and_then(super::redis::acquire_reply)
+                    let reply = acquire_starting(
+                        &keys,
+                        Mode::Exclusive,
+                        &token,
+                        ttl_ms,
+                        &meta,
+                        waiting_ms,
+                        opening,
+                    )
+                    .invoke::<redis::Value>(c)?;
+                    let entry = granted_entry(&reply);
+                    super::redis::acquire_reply(reply).map(|r| (r, entry))
                 })
             });
+            let entries: Vec<Option<Vec<u8>>> = raw
+                .iter()
+                .map(|r| r.as_ref().ok().and_then(|(_, e)| e.clone()))
+                .collect();
+            let mut replies: Vec<anyhow::Result<_>> =
+                raw.into_iter().map(|r| r.map(|(r, _)| r)).collect();
+            let give_back = |slots: &mut [Slot], replies: &[anyhow::Result<_>]| {
+                give_back::give_back(slots, &keys, &token, &entries, replies, run, timeout);
+            };
             // A master that is a proxy or a replica: the set is misconfigured, whatever the
             // others said. Said at once, with every grant given back.
             let refused = replies.iter().position(|r| match r {
@@ -224,7 +251,7 @@ impl Backend for Redlock {
                 Ok(_) => false,
             });
             if let Some(i) = refused {
-                Self::release_all(&mut slots, &keys, &token, timeout);
+                give_back(&mut slots, &replies);
                 Self::forget_waiter(&mut slots, &keys, &token, timeout);
                 return Err(match replies.swap_remove(i) {
                     Err(e) => e,
@@ -262,7 +289,16 @@ impl Backend for Redlock {
                     })
                     .min()
                     .and_then(|up| super::hold_back_until(up, req.ttl));
+                // The start counts when a quorum of the grants carried it (a master whose
+                // history key is someone else's records none); else `begin_run` writes it (the
+                // masters' lists are merged by event, so a second copy shows once).
+                let recorded = replies
+                    .iter()
+                    .zip(&entries)
+                    .filter(|(r, e)| matches!(r, Ok((1, _, _))) && e.is_some())
+                    .count();
                 return Ok(Box::new(RedlockLease {
+                    started: recorded >= self.quorum(),
                     slots,
                     keys,
                     token,
@@ -276,7 +312,7 @@ impl Backend for Redlock {
                 }));
             }
             // Not held (or held too late to be useful): give back what was granted.
-            Self::release_all(&mut slots, &keys, &token, timeout);
+            give_back(&mut slots, &replies);
             if answered < self.quorum() {
                 let first = replies
                     .into_iter()
@@ -516,6 +552,8 @@ impl Redlock {
 
 /// A lock held on a quorum of masters.
 struct RedlockLease {
+    /// The run's start went in with the acquire, on the quorum that granted it.
+    started: bool,
     slots: Vec<Slot>,
     keys: Keys,
     token: String,
@@ -591,6 +629,9 @@ impl Lease for RedlockLease {
     /// Each master gets the acquire's short timeout: a master that does not answer must not
     /// hold up every run.
     fn begin_run(&mut self, start: &[u8], once_per: Option<Duration>) -> anyhow::Result<Begun> {
+        if std::mem::take(&mut self.started) && once_per.is_none() {
+            return Ok(Begun::Started);
+        }
         let timeout = node_timeout(self.ttl);
         let (keys, n, quorum) = (&self.keys, self.slots.len(), self.quorum);
         if let Some(within) = once_per {

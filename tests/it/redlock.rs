@@ -205,3 +205,73 @@ fn fault_majority_killed_and_restarted() {
         servers[1].restart();
     });
 }
+
+/// Scripts run on a master so far (EVALSHA and EVAL: the acquire, the release, …).
+fn scripts_run(r: &Redis) -> u64 {
+    let stats = r.cli(&["INFO", "commandstats"]);
+    let count = |name: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    count("evalsha") + count("eval")
+}
+
+/// A Redlock run with history writes its start in each master's acquire script: two scripts
+/// per master — the acquire, and the release with the end (a start of its own made it three) —
+/// and the run is in the log, ended.
+#[test]
+fn a_redlock_run_records_its_start_in_each_masters_acquire() {
+    let Some(servers) = masters(3) else {
+        return;
+    };
+    let urls: Vec<String> = servers.iter().map(Redis::url).collect();
+    let b = TestBackend::redlock(&urls);
+    // Loads the scripts (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA) on every master.
+    run_ok(&mut b.run(&unique_key("redlock-fold-warm"), &[], &["true"]));
+    let key = unique_key("redlock-fold");
+    let before: Vec<u64> = servers.iter().map(scripts_run).collect();
+    run_ok(&mut b.run(&key, &[], &["true"]));
+    let after: Vec<u64> = servers.iter().map(scripts_run).collect();
+    for (i, (a, b)) in after.iter().zip(&before).enumerate() {
+        assert_eq!(a - b, 2, "master {i}: the acquire and the release");
+    }
+    let runs = crate::history::log_json(&b, &key, 5);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["state"], "ended", "{runs:?}");
+}
+
+/// An attempt that one master grants and two refuse (another holder's lock is on them) does
+/// not hold the lock: the start that master's acquire script recorded is taken back with the
+/// grant, so no run shows that never ran.
+#[test]
+fn a_grant_below_the_quorum_takes_its_start_back() {
+    let Some(servers) = masters(3) else {
+        return;
+    };
+    let urls: Vec<String> = servers.iter().map(Redis::url).collect();
+    let b = TestBackend::redlock(&urls);
+    let key = unique_key("redlock-undo");
+    let lock = format!("dlock:{{{key}}}");
+    for r in &servers[..2] {
+        assert_eq!(
+            r.cli(&["SET", &lock, "someone-else", "PX", "60000"]).trim(),
+            "OK"
+        );
+    }
+    run_code(&mut b.run(&key, &["--no-wait"], &["true"]), 75);
+    let third = &servers[2];
+    assert_eq!(
+        third.cli(&["EXISTS", &lock]).trim(),
+        "0",
+        "the grant given back"
+    );
+    assert_eq!(
+        third.cli(&["LLEN", &format!("{lock}:runs")]).trim(),
+        "0",
+        "the start taken back"
+    );
+    assert!(crate::history::log_json(&b, &key, 5).is_empty());
+}

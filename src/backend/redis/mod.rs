@@ -39,11 +39,10 @@ use self::lease::RedisLease;
 pub(super) use self::names::{Keys, token};
 
 pub(super) use self::scripts::{
-    BROKEN, BROKEN_PREFIX, RENEW, STATUS, acquire_reply, acquire_script, break_script,
-    release_script, script,
+    BROKEN, BROKEN_PREFIX, RENEW, STATUS, acquire_reply, acquire_starting, break_script,
+    granted_entry, release_script, script,
 };
 use self::scripts::{STATUS_SHARED, mismatch, release_for, release_shared_script};
-use self::scripts::{acquire_starting, granted_entry};
 use self::sentinel::Sentinels;
 use self::waiter::{Waiter, forget_waiter};
 
@@ -362,7 +361,7 @@ impl Backend for RedisBackend {
         let start = req
             .start
             .filter(|_| req.mode == Mode::Exclusive)
-            .map(|o| o.body());
+            .map(|o| (o.body(), true));
         // Through Sentinel, the sentinel that named the primary is asked again once the lock is
         // granted: if it names another one now, a failover is under way and the old primary's
         // grant is worth nothing (the new one may grant the lock to someone else).

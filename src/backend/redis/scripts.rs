@@ -113,20 +113,9 @@ pub(in crate::backend) fn script(
 }
 
 /// One acquire attempt for `mode` (ACQUIRE or ACQUIRE_SHARED with their keys); `slice_ms` > 0
-/// registers a waiter for that long.
-pub(in crate::backend) fn acquire_script(
-    keys: &Keys,
-    mode: Mode,
-    token: &str,
-    ttl_ms: u64,
-    meta: &str,
-    slice_ms: u64,
-) -> redis::ScriptInvocation<'static> {
-    acquire_starting(keys, mode, token, ttl_ms, meta, slice_ms, None)
-}
-
-/// [`acquire_script`]; with `start` (an exclusive lock's run's start event without its token),
-/// the script records it when it takes the lock (ACQUIRE_START) and its grant carries the entry
+/// registers a waiter for that long. With `start` (an exclusive lock's run's start event without
+/// its token, and whether to splice the fence in as its token: not on a Redlock master), the
+/// script records it when it takes the lock (ACQUIRE_START) and its grant carries the entry
 /// ([`granted_entry`]).
 pub(in crate::backend) fn acquire_starting(
     keys: &Keys,
@@ -135,7 +124,7 @@ pub(in crate::backend) fn acquire_starting(
     ttl_ms: u64,
     meta: &str,
     slice_ms: u64,
-    start: Option<&[u8]>,
+    start: Option<(&[u8], bool)>,
 ) -> redis::ScriptInvocation<'static> {
     static ACQ: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
     static ACQ_START: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
@@ -174,12 +163,13 @@ pub(in crate::backend) fn acquire_starting(
         inv.arg(mode.limit().unwrap_or(0)).arg(SIGNAL_TTL_MS);
     }
     inv.arg(crate::history::retention::retention_ms());
-    if let Some(body) = start {
+    if let Some((body, token)) = start {
         inv.key(&keys.runs)
             .key(&keys.lastrun)
             .arg(body)
             .arg(crate::history::MAX_EVENTS)
-            .arg(super::history::keep_ms(None));
+            .arg(super::history::keep_ms(None))
+            .arg(if token { "1" } else { "0" });
     }
     inv
 }

@@ -3,11 +3,16 @@
 -- it, by the server's clock at that moment, with the fence spliced in as its token.
 -- KEYS[8]: runs (a list, newest first), KEYS[9]: lastrun
 -- ARGV[6]: the start event without its token (a JSON object: ends with '}'), ARGV[7]: events
--- kept, ARGV[8]: ms the history outlives its last write
+-- kept, ARGV[8]: ms the history outlives its last write, ARGV[9]: '1' to splice the fence in
+-- ('0' for a Redlock master: one master's fence is no token, and every master's copy of the
+-- event must be the same)
 -- Returns the entry added (the acquire's reply carries it: the client takes it back if the
 -- grant is then given back).
 local function started(fence, now)
-  local body = string.sub(ARGV[6], 1, -2) .. string.format(',"token":%d}', fence)
+  local body = ARGV[6]
+  if ARGV[9] == '1' then
+    body = string.sub(ARGV[6], 1, -2) .. string.format(',"token":%d}', fence)
+  end
   local entry = string.format('%d %s', now, body)
   -- A history key of another type (someone else's) must not cost the lock: no start then (the
   -- client writes it as without this script, and warns when that fails).
