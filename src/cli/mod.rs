@@ -83,8 +83,9 @@ caller (--format). The lock is held for an owner, by default the process that ra
 acquire` (the shell): it is released when the owner exits (what is left of a process group the \
 owner leads is stopped first), and if it is lost the owner, what it started and its process group \
 (when it leads one) get SIGTERM, SIGKILL after --kill-grace, before the lease can run out. \
-Processes that left both run on, and a holder killed with SIGKILL stops nobody: `dlock run` is \
-the strict form.",
+A holder killed with SIGKILL leaves its watchdog to stop them first; processes that left both \
+the owner's tree and its group run on, and a holder killed together with its watchdog stops \
+nobody: `dlock run` is the strict form.",
         after_long_help = table("Exit status", ACQUIRE_EXIT_STATUS)
     )]
     Acquire(AcquireArgs),
