@@ -148,11 +148,14 @@ pub(crate) fn run(o: &Options) -> i32 {
             })
         }),
     );
-    let list: Vec<(&'static str, bool)> = targets.iter().map(|t| (t.name, t.safe)).collect();
+    let list: Vec<(&'static str, Option<&'static str>)> = targets
+        .iter()
+        .map(|t| (t.name, t.unsafe_by_design))
+        .collect();
     let (rep, pass) = report(&list, &sections, &all_faults);
     let text = serde_json::to_string_pretty(&rep).expect("the report") + "\n";
     std::fs::write(o.out.join("report.json"), &text).expect("report.json");
-    println!("backend    safe  sections overlaps regress refused faults max_recovery_ms");
+    println!("backend        safe  sections overlaps regress refused faults max_recovery_ms");
     for (name, v) in rep["backends"].as_object().into_iter().flatten() {
         let n_faults: u64 = v["faults"]
             .as_object()
@@ -162,7 +165,7 @@ pub(crate) fn run(o: &Options) -> i32 {
             .sum();
         let f = |k: &str| v[k].to_string();
         println!(
-            "{name:<10} {:<5} {:>8} {:>8} {:>7} {:>7} {:>6} {:>15}",
+            "{name:<14} {:<5} {:>8} {:>8} {:>7} {:>7} {:>6} {:>15}",
             f("safe"),
             f("sections"),
             f("overlaps"),
@@ -171,6 +174,13 @@ pub(crate) fn run(o: &Options) -> i32 {
             n_faults,
             f("max_recovery_ms")
         );
+    }
+    for (name, v) in rep["backends"].as_object().into_iter().flatten() {
+        if let (Some(why), Some(n)) = (v["unsafe_by_design"].as_str(), v["overlaps"].as_u64()) {
+            println!(
+                "nemesis: {name}: {n} overlaps, counted and not failed: unsafe by design ({why})"
+            );
+        }
     }
     drop(targets);
     if pass {
