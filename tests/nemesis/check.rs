@@ -84,7 +84,7 @@ pub(crate) fn key_counts(sections: &[&Section]) -> (u64, u64) {
 }
 
 /// report.json's value, and whether the campaign passes (no overlap or token regression on a
-/// backend called safe). `backends`: each name, and why it is unsafe by design if it is.
+/// backend called safe, and a section at least on every backend). `backends`: each name, and why it is unsafe by design if it is.
 pub(crate) fn report(
     backends: &[(&'static str, Option<&'static str>)],
     sections: &[Section],
@@ -123,6 +123,11 @@ pub(crate) fn report(
         }
         let refusals = mine.iter().filter(|s| s.fence == 'R').count();
         if safe && (overlaps > 0 || regressions > 0) {
+            pass = false;
+        }
+        // A backend whose clients never entered a section shows nothing: a failure too.
+        if mine.is_empty() {
+            eprintln!("nemesis: {name}: no section at all (its clients' logs say why)");
             pass = false;
         }
         let mut entry = json!({
