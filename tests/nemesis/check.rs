@@ -84,15 +84,16 @@ pub(crate) fn key_counts(sections: &[&Section]) -> (u64, u64) {
 }
 
 /// report.json's value, and whether the campaign passes (no overlap or token regression on a
-/// backend called safe).
+/// backend called safe, and a section at least on every backend). `backends`: each name, and why it is unsafe by design if it is.
 pub(crate) fn report(
-    backends: &[(&'static str, bool)],
+    backends: &[(&'static str, Option<&'static str>)],
     sections: &[Section],
     faults: &[Fault],
 ) -> (Value, bool) {
     let mut out = serde_json::Map::new();
     let mut pass = true;
-    for &(name, safe) in backends {
+    for &(name, why_unsafe) in backends {
+        let safe = why_unsafe.is_none();
         let mine: Vec<&Section> = sections.iter().filter(|s| s.backend == name).collect();
         let mut by_key: BTreeMap<&str, Vec<&Section>> = BTreeMap::new();
         for s in &mine {
@@ -124,9 +125,12 @@ pub(crate) fn report(
         if safe && (overlaps > 0 || regressions > 0) {
             pass = false;
         }
-        out.insert(
-            name.to_string(),
-            json!({
+        // A backend whose clients never entered a section shows nothing: a failure too.
+        if mine.is_empty() {
+            eprintln!("nemesis: {name}: no section at all (its clients' logs say why)");
+            pass = false;
+        }
+        let mut entry = json!({
                 "safe": safe,
                 "sections": mine.len(),
                 "overlaps": overlaps,
@@ -136,8 +140,11 @@ pub(crate) fn report(
                 "recovery_bound_ms": RECOVERY_BOUND_MS,
                 "slow_recoveries": slow,
                 "fence_refusals": refusals,
-            }),
-        );
+        });
+        if let Some(why) = why_unsafe {
+            entry["unsafe_by_design"] = json!(why);
+        }
+        out.insert(name.to_string(), entry);
     }
     (json!({ "backends": out }), pass)
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::clients::Holding;
 use crate::procs::{Proc, now_ns};
 use crate::section::read_record;
-use crate::targets::{TTL, Target, server_fault, server_kinds};
+use crate::targets::{RESET_KINDS, Servers, TTL, Target, server_fault, server_kinds};
 
 /// splitmix64: the campaign's only source of chance, so that a seed replays its schedule.
 pub(crate) struct Rng(u64);
@@ -43,6 +43,9 @@ pub(crate) fn hash(name: &str) -> u64 {
 /// The faults aimed at a holder, which every backend takes. `stop_acquire_holder` is
 /// `stop_holder` aimed only at the background holder of a `dlock acquire` (its owner, the
 /// section, keeps running: the holder must have it stopped before its lease ends).
+/// `kill_both` is aimed only at `dlock run`: `dlock acquire` survives the kill -9 of its holder
+/// or of its watchdog, not of both, since nothing of dlock is left then to stop an owner it did
+/// not start (docs/acquire.md); `dlock run`'s command is its descendant.
 pub(crate) const PROCESS_KINDS: &[&str] = &[
     "kill_dlock",
     "kill_guardian",
@@ -94,6 +97,13 @@ pub(crate) fn plan(t: &Target, seed: u64, length: Duration, without: &[String]) 
     kinds.extend(PROCESS_KINDS);
     if faketime().is_some() {
         kinds.push("clock_jump");
+    }
+    // A session lock's reset is its `-reset` backend's only fault, and no other's there.
+    let session = matches!(t.servers, Servers::Mysql(_) | Servers::Postgres(_));
+    if t.reset_only {
+        kinds.retain(|k| RESET_KINDS.contains(k));
+    } else if session {
+        kinds.retain(|k| !RESET_KINDS.contains(k));
     }
     kinds.retain(|k| !without.iter().any(|w| w == k));
     if kinds.is_empty() {
@@ -162,7 +172,7 @@ pub(crate) fn run(
             format!("wall clock {offset} s")
         } else if p.kind == "client_partition" || p.kind == "client_blip" {
             // Aimed at a client in a section, so that a waiter may take what it loses.
-            match find_holder(p.pick, slots, false) {
+            match find_holder(p.pick, slots, Aim::Any) {
                 Some((c, ..)) => {
                     start_ns = now_ns();
                     crate::targets::client_fault(t, p.kind, c, p.dur)
@@ -218,22 +228,33 @@ pub(crate) fn run(
     out
 }
 
+/// Which holders a fault may be aimed at.
+#[derive(Clone, Copy, PartialEq)]
+enum Aim {
+    Any,
+    /// The background holder of a `dlock acquire`.
+    Acquire,
+    /// A `dlock run`.
+    Run,
+}
+
 /// A client in a section now: its dlock (or `acquire` holder) and that one's guardians.
 fn find_holder(
     pick: usize,
     slots: &[Mutex<Option<Holding>>],
-    acquire_only: bool,
+    aim: Aim,
 ) -> Option<(usize, Proc, Vec<Proc>, bool)> {
     let dlock_exe = std::fs::canonicalize(crate::util::DLOCK).ok()?;
     // An `acquire` holder is rarer (a third of two clients' sections): it gets longer.
-    let deadline = Instant::now() + Duration::from_secs(if acquire_only { 10 } else { 3 });
+    let wait = if aim == Aim::Acquire { 10 } else { 3 };
+    let deadline = Instant::now() + Duration::from_secs(wait);
     while Instant::now() < deadline {
         for k in 0..slots.len() {
             let c = (pick + k) % slots.len();
             let Some(h) = slots[c].lock().unwrap().clone() else {
                 continue;
             };
-            if acquire_only && !h.acquire {
+            if (aim == Aim::Acquire && !h.acquire) || (aim == Aim::Run && h.acquire) {
                 continue;
             }
             let Some(rec) = read_record(&h.record) else {
@@ -261,8 +282,12 @@ fn find_holder(
 /// A process fault; what it was aimed at and when it began, or None if no client held a
 /// section.
 fn holder_fault(p: &Planned, slots: &[Mutex<Option<Holding>>]) -> Option<(String, u64)> {
-    let (c, dlock, guardians, acquire) =
-        find_holder(p.pick, slots, p.kind == "stop_acquire_holder")?;
+    let aim = match p.kind {
+        "stop_acquire_holder" => Aim::Acquire,
+        "kill_both" => Aim::Run,
+        _ => Aim::Any,
+    };
+    let (c, dlock, guardians, acquire) = find_holder(p.pick, slots, aim)?;
     let began = now_ns();
     let g: Vec<i32> = guardians.iter().map(|g| g.pid).collect();
     let kill = |x: &Proc| x.signal(libc::SIGKILL);

@@ -19,7 +19,16 @@ pub(crate) const NAMES: &[&str] = &[
     "etcd",
     "mysql",
     "postgres",
+    "mysql-reset",
+    "postgres-reset",
 ];
+
+/// The fault kinds of the `-reset` backends, and only theirs among the session-lock backends
+/// (MySQL, PostgreSQL): one holder's connection reset while the others reach the server. A
+/// session lock cannot outlive its connection, so behind a middlebox that resets connections
+/// the lock is unsafe by design (docs/backends.md, MySQL, "A connection that ends"); those runs
+/// are counted on backends of their own, on servers of their own, called unsafe.
+pub(crate) const RESET_KINDS: &[&str] = &["client_blip"];
 
 /// The started servers of one backend (kept for the faults, dropped to stop them).
 pub(crate) enum Servers {
@@ -40,8 +49,11 @@ pub(crate) struct Target {
     pub name: &'static str,
     /// `--backend X --url Y...`: what each client passes (its own proxies' addresses).
     pub args: Vec<Vec<String>>,
-    /// False where the topology is unsafe by design (Sentinel's asynchronous replication).
-    pub safe: bool,
+    /// Why the topology is unsafe by design (Sentinel's asynchronous replication, a session
+    /// lock behind a resetting middlebox), or None where it is called safe.
+    pub unsafe_by_design: Option<&'static str>,
+    /// A `-reset` backend: its only faults are RESET_KINDS.
+    pub reset_only: bool,
     pub shared: bool,
     pub limit: bool,
     pub servers: Servers,
@@ -85,7 +97,7 @@ fn target(name: &'static str, urls: Vec<String>, servers: Servers, clients: usiz
             match name {
                 "redlock" | "sentinel" | "cluster" => "redis",
                 "file" => "file",
-                other => other,
+                other => other.trim_end_matches("-reset"),
             }
             .to_string(),
         );
@@ -107,7 +119,14 @@ fn target(name: &'static str, urls: Vec<String>, servers: Servers, clients: usiz
     Target {
         name,
         args,
-        safe: name != "sentinel",
+        unsafe_by_design: match name {
+            "sentinel" => Some("asynchronous replication: a failover can lose a lock"),
+            n if n.ends_with("-reset") => {
+                Some("a session lock ends with its connection, reset here for one holder")
+            }
+            _ => None,
+        },
+        reset_only: name.ends_with("-reset"),
         shared: name != "redlock",
         limit: name != "redlock",
         servers,
@@ -154,11 +173,13 @@ pub(crate) fn start(name: &'static str, dir: &Path, clients: usize) -> Option<Ta
             let e = Etcd::cluster(3)?;
             target(name, vec![e.url()], Servers::Etcd(e), clients)
         }
-        "mysql" => {
+        // The `-reset` backends have servers of their own: the other backends' server faults
+        // do not reach them, and theirs (a reset) reach no one else.
+        "mysql" | "mysql-reset" => {
             let m = Mariadb::start()?;
             target(name, vec![m.url()], Servers::Mysql(m), clients)
         }
-        "postgres" => {
+        "postgres" | "postgres-reset" => {
             let pg = Postgres::start()?;
             target(name, vec![pg.url()], Servers::Postgres(pg), clients)
         }
@@ -287,10 +308,15 @@ pub(crate) fn server_fault(t: &mut Target, kind: &str, dur: Duration, pick: usiz
             _ => String::new(),
         },
         "failover" => match &t.servers {
-            Servers::Sentinel(s) => {
-                s.failover();
-                "primary".into()
-            }
+            // A failover that did not happen is a fault of its own (target "failed"), and the
+            // schedule goes on.
+            Servers::Sentinel(s) => match s.try_failover() {
+                Ok(()) => "primary".into(),
+                Err(e) => {
+                    eprintln!("nemesis: sentinel: {e}");
+                    "failed".into()
+                }
+            },
             _ => String::new(),
         },
         _ => String::new(),

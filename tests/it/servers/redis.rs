@@ -437,17 +437,8 @@ impl RedisSentinel {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let ready = s.sentinels.iter().all(|x| {
-                let m = x.cli(&["SENTINEL", "MASTER", "dlockp"]);
-                let field = |name: &str| {
-                    let lines: Vec<&str> = m.lines().collect();
-                    lines
-                        .iter()
-                        .position(|l| *l == name)
-                        .and_then(|i| lines.get(i + 1))
-                        .map(|v| v.to_string())
-                        .unwrap_or_default()
-                };
-                field("num-slaves") == "1" && field("num-other-sentinels") == "2"
+                master_field(x, "num-slaves") == "1"
+                    && master_field(x, "num-other-sentinels") == "2"
             }) && s.servers[1]
                 .cli(&["INFO", "replication"])
                 .contains("master_link_status:up");
@@ -478,11 +469,36 @@ impl RedisSentinel {
     /// `SENTINEL FAILOVER`, then waits until every sentinel names the other server and it says
     /// it is a primary.
     pub(crate) fn failover(&self) {
+        if let Err(e) = self.try_failover() {
+            panic!("{e}");
+        }
+    }
+
+    /// `failover`, or why it did not happen: refused, aborted by the sentinel that ran it (its
+    /// log's `-failover-abort-…` line, e.g. `no-good-slave` when the only replica is a former
+    /// primary not yet turned into a replica again), or not done in 30 s.
+    pub(crate) fn try_failover(&self) -> Result<(), String> {
         let before = self.primary_port();
         let out = self.sentinels[0].cli(&["SENTINEL", "FAILOVER", "dlockp"]);
-        assert_eq!(out, "OK", "SENTINEL FAILOVER: {out}");
+        if out != "OK" {
+            return Err(format!("SENTINEL FAILOVER: {out}"));
+        }
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
+            // The flag is set as FAILOVER answers and cleared by an abort or by the switch,
+            // which changes the address first: read in this order, an unchanged address on a
+            // cleared flag is an abort.
+            let running =
+                master_field(&self.sentinels[0], "flags").contains("failover_in_progress");
+            if !running && self.primary_port() == before {
+                let log = std::fs::read_to_string(self.sentinels[0].dir.join("redis.log"));
+                let why = log.unwrap_or_default();
+                let why = why.lines().rev().find(|l| l.contains("-failover-abort"));
+                return Err(format!(
+                    "failover aborted: {}",
+                    why.unwrap_or("(no reason logged)")
+                ));
+            }
             let named: Vec<String> = self
                 .sentinels
                 .iter()
@@ -494,15 +510,26 @@ impl RedisSentinel {
                 && named.iter().all(|n| n == &named[0])
                 && new.is_some_and(|r| r.cli(&["ROLE"]).starts_with("master"))
             {
-                return;
+                return Ok(());
             }
-            assert!(
-                Instant::now() < deadline,
-                "no failover after 30 s: {named:?}"
-            );
+            if Instant::now() >= deadline {
+                return Err(format!("no failover after 30 s: {named:?}"));
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// Field `name` of `SENTINEL MASTER dlockp` as sentinel `x` answers it ("" if absent).
+fn master_field(x: &Redis, name: &str) -> String {
+    let m = x.cli(&["SENTINEL", "MASTER", "dlockp"]);
+    let lines: Vec<&str> = m.lines().collect();
+    lines
+        .iter()
+        .position(|l| *l == name)
+        .and_then(|i| lines.get(i + 1))
+        .map(|v| v.to_string())
+        .unwrap_or_default()
 }
 
 /// The shared Sentinel set-up of this test binary (never failed over).
