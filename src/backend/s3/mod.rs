@@ -152,11 +152,14 @@ impl Seen {
             .is_some_and(|r| r.state == LockState::Free)
     }
 
-    /// The holder's lease; `None` for an object that is not dlock's (never taken over).
+    /// The holder's lease; `None` for an object that is not dlock's, or whose lease is longer
+    /// than any dlock takes (never taken over: cutting it short would let a waiter in while
+    /// its holder may still run).
     fn lease(&self) -> Option<Duration> {
-        self.record
-            .as_ref()
-            .map(|r| Duration::from_millis(r.ttl_ms.clamp(1, 86_400_000)))
+        self.record.as_ref().and_then(|r| {
+            let lease = Duration::from_millis(r.ttl_ms.max(1));
+            (lease <= crate::config::MAX_DURATION).then_some(lease)
+        })
     }
 }
 
