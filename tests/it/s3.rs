@@ -352,3 +352,145 @@ fn a_script_with_curl_takes_the_same_lock() {
     assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(std::fs::read_to_string(&m).unwrap().trim(), "42");
 }
+
+/// A server that enforces both conditions but gives every version of an object the same ETag
+/// (as an ETag made of size and second, or a gateway's constant, can): `If-Match` is then no
+/// compare-and-swap, a holder's renewals leave the ETag as it was, and a waiter that watched it
+/// for a lease takes over while the holder's command runs. The probe must refuse such a server
+/// (78) before any command runs.
+#[test]
+fn a_server_whose_etag_never_changes_is_refused() {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let store: Arc<Mutex<HashMap<String, Vec<u8>>>> = Arc::default();
+    std::thread::spawn(move || {
+        for con in listener.incoming() {
+            let Ok(con) = con else { return };
+            let store = store.clone();
+            std::thread::spawn(move || same_etag_server(con, &store));
+        }
+    });
+    let env = vec![
+        ("AWS_ACCESS_KEY_ID".to_string(), "AK".to_string()),
+        ("AWS_SECRET_ACCESS_KEY".into(), "SK".into()),
+        (
+            "AWS_ENDPOINT_URL".into(),
+            format!("http://127.0.0.1:{port}"),
+        ),
+    ];
+    let b = TestBackend::s3("s3://same/ci", env);
+    let dir = scratch("s3-same-etag");
+    let (ran, done, overlap) = (dir.join("ran"), dir.join("done"), dir.join("overlap"));
+    let key = unique_key("same-etag");
+    let holder = Proc::spawn(&mut b.run(
+        &key,
+        &[],
+        &sh(&format!(
+            "touch {}; sleep 4; touch {}",
+            ran.display(),
+            done.display()
+        )),
+    ));
+    let mut waiter = b.run(
+        &key,
+        &["--wait", "10s"],
+        &sh(&format!(
+            "test -e {} || touch {}",
+            done.display(),
+            overlap.display()
+        )),
+    );
+    // The holder runs its command, or is refused (then so is the waiter).
+    wait_until(Duration::from_secs(10), "the holder runs or ends", || {
+        ran.exists() || !alive(holder.pid())
+    });
+    let waited = output(&mut waiter);
+    let (held, _) = holder.wait(Duration::from_secs(15));
+    assert!(
+        !overlap.exists(),
+        "the waiter's command ran while the holder's did\nholder: {}\nwaiter: {}",
+        describe(&held),
+        describe(&waited)
+    );
+    assert_eq!(held.status.code(), Some(78), "{}", describe(&held));
+    assert_eq!(waited.status.code(), Some(78), "{}", describe(&waited));
+    assert!(!ran.exists(), "the holder's command ran");
+}
+
+/// Keeps objects, enforces `If-None-Match: *` and `If-Match`, but every object's ETag is
+/// `"same"`.
+fn same_etag_server(
+    con: std::net::TcpStream,
+    store: &std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>,
+) {
+    let mut r = BufReader::new(con.try_clone().unwrap());
+    let mut w = con;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut words = line.split_whitespace();
+        let (method, target) = (
+            words.next().unwrap_or_default().to_string(),
+            words.next().unwrap_or_default().to_string(),
+        );
+        let (mut length, mut if_match, mut if_none) = (0usize, None, false);
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            if h.trim().is_empty() {
+                break;
+            }
+            let h = h.to_ascii_lowercase();
+            if let Some(v) = h.strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap_or(0);
+            } else if let Some(v) = h.strip_prefix("if-match:") {
+                if_match = Some(v.trim().to_string());
+            } else if h.starts_with("if-none-match:") {
+                if_none = true;
+            }
+        }
+        let mut body = vec![0; length];
+        if r.read_exact(&mut body).is_err() {
+            return;
+        }
+        let mut objects = store.lock().unwrap();
+        let (status, out) = match method.as_str() {
+            _ if target.contains('?') => {
+                ("200 OK", b"<ListBucketResult></ListBucketResult>".to_vec())
+            }
+            "GET" => match objects.get(&target) {
+                Some(b) => ("200 OK", b.clone()),
+                None => ("404 Not Found", Vec::new()),
+            },
+            "PUT" => {
+                let exists = objects.contains_key(&target);
+                let refused =
+                    (if_none && exists) || if_match.is_some_and(|m| !exists || m != "\"same\"");
+                if refused {
+                    ("412 Precondition Failed", Vec::new())
+                } else {
+                    objects.insert(target, body);
+                    ("200 OK", Vec::new())
+                }
+            }
+            _ => {
+                objects.remove(&target);
+                ("204 No Content", Vec::new())
+            }
+        };
+        drop(objects);
+        let head = format!(
+            "HTTP/1.1 {status}\r\nETag: \"same\"\r\nContent-Length: {}\r\n\r\n",
+            out.len()
+        );
+        if w.write_all(head.as_bytes()).is_err() || w.write_all(&out).is_err() {
+            return;
+        }
+    }
+}

@@ -152,11 +152,14 @@ impl Seen {
             .is_some_and(|r| r.state == LockState::Free)
     }
 
-    /// The holder's lease; `None` for an object that is not dlock's (never taken over).
+    /// The holder's lease; `None` for an object that is not dlock's, or whose lease is longer
+    /// than any dlock takes (never taken over: cutting it short would let a waiter in while
+    /// its holder may still run).
     fn lease(&self) -> Option<Duration> {
-        self.record
-            .as_ref()
-            .map(|r| Duration::from_millis(r.ttl_ms.clamp(1, 86_400_000)))
+        self.record.as_ref().and_then(|r| {
+            let lease = Duration::from_millis(r.ttl_ms.max(1));
+            (lease <= crate::config::MAX_DURATION).then_some(lease)
+        })
     }
 }
 
@@ -508,5 +511,44 @@ impl Backend for S3Backend {
     fn doctor(&self, ttl: Duration) -> anyhow::Result<Vec<crate::backend::ground::Finding>> {
         let _ = ttl;
         probe::findings(self, &mut self.client(REQUEST_TIMEOUT))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(ttl_ms: u64) -> Seen {
+        Seen {
+            etag: "\"e\"".into(),
+            record: Some(LockRecord {
+                dlock: 1,
+                state: LockState::Held,
+                counter: 1,
+                beat: 0,
+                ttl_ms,
+                owner: Some("h".into()),
+                broken: false,
+                holder: None,
+            }),
+            age_hint: None,
+            at: BootInstant::now(),
+        }
+    }
+
+    /// A waiter must not watch a shorter lease than the holder's: `--ttl` takes up to 7 days
+    /// (the holder's deadline is its last renewal + ttl), and a script may pick its own
+    /// `ttl_ms`.
+    #[test]
+    fn a_waiter_watches_the_holders_whole_lease_however_long() {
+        for ttl in [Duration::from_secs(2), Duration::from_secs(48 * 3600)] {
+            let ms = u64::try_from(ttl.as_millis()).unwrap();
+            assert!(seen(ms).lease().is_some_and(|l| l >= ttl), "{ttl:?}");
+        }
+        let week = u64::try_from(crate::config::MAX_DURATION.as_millis()).unwrap();
+        assert_eq!(seen(week).lease(), Some(crate::config::MAX_DURATION));
+        // Longer than dlock ever takes: never taken over (and no arithmetic can overflow).
+        assert_eq!(seen(week + 1).lease(), None);
+        assert_eq!(seen(u64::MAX).lease(), None);
     }
 }

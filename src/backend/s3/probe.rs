@@ -43,19 +43,31 @@ pub(super) fn ensure(b: &S3Backend, c: &mut Client) -> anyhow::Result<()> {
 /// The probe's outcome as `dlock doctor` findings; an error when the server cannot be asked.
 pub(super) fn findings(b: &S3Backend, c: &mut Client) -> anyhow::Result<Vec<Finding>> {
     let object = object(b);
-    let body = format!("{{\"dlock_probe\":\"{}\"}}", owner_id()?);
-    let r = c
-        .put(&object, Cond::None, body.as_bytes())
-        .map_err(|e| b.transport(e))?;
-    if !(200..300).contains(&r.status) {
-        return Err(b.refused(&r));
+    // Two different bodies, written one after the other: their ETags must differ (a renewal
+    // must show waiters a new ETag, and `If-Match` must tell versions apart).
+    let mut etags = Vec::new();
+    let mut body = String::new();
+    for _ in 0..2 {
+        body = format!("{{\"dlock_probe\":\"{}\"}}", owner_id()?);
+        let r = c
+            .put(&object, Cond::None, body.as_bytes())
+            .map_err(|e| b.transport(e))?;
+        if !(200..300).contains(&r.status) {
+            return Err(b.refused(&r));
+        }
+        etags.push(r.etag);
     }
     let fix = "use a server that enforces conditional writes (AWS S3, SeaweedFS 4, ...)";
-    // A 409 is a concurrent write (another process's probe): asked again, a few times.
+    let distinct = etags[0].is_some() && etags[1].is_some() && etags[0] != etags[1];
+    let stale = etags[0]
+        .clone()
+        .unwrap_or_else(|| "\"00000000000000000000000000000000\"".into());
+    // A 409 is a concurrent write (another process's probe): asked again, a few times. The
+    // `If-Match` is the first version's real ETag, now stale.
     let mut ignored = Vec::new();
     for (name, cond) in [
         ("If-None-Match: *", Cond::Absent),
-        ("If-Match", Cond::Is("\"00000000000000000000000000000000\"")),
+        ("If-Match", Cond::Is(&stale)),
     ] {
         let mut status = 409;
         for _ in 0..5 {
@@ -72,6 +84,15 @@ pub(super) fn findings(b: &S3Backend, c: &mut Client) -> anyhow::Result<Vec<Find
             200..=299 => ignored.push(name),
             s => return Err(b.refused_status(s)),
         }
+    }
+    if ignored.is_empty() && !distinct {
+        return Ok(vec![Finding::unsafe_(
+            CHECK,
+            "the server gives two versions of an object the same ETag (or none): If-Match \
+             cannot tell them apart, so two holders could both win"
+                .to_string(),
+            fix,
+        )]);
     }
     if ignored.is_empty() {
         Ok(vec![Finding::ok(
