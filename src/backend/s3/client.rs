@@ -135,11 +135,22 @@ impl Place {
                 } else {
                     return Err(bad("the endpoint must be http:// or https://").into());
                 };
-                let authority = rest.split('/').next().unwrap_or_default();
+                let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+                if !path.is_empty() {
+                    // Path-style requests go to /BUCKET/OBJECT from the host's root: a path
+                    // would be dropped, and the requests go elsewhere than the user meant.
+                    return Err(bad(
+                        "an endpoint with a path is not supported (give scheme://host[:port])",
+                    )
+                    .into());
+                }
                 let (host, port) = split_port(authority, if tls { 443 } else { 80 })
                     .ok_or_else(|| bad("a bad endpoint host or port"))?;
                 (tls, host, port, true)
             }
+            // A bucket name with a dot is no single DNS label: AWS's wildcard certificate
+            // does not cover it virtual-hosted, so it is addressed path-style (as the AWS CLI).
+            None if bucket.contains('.') => (true, format!("s3.{region}.amazonaws.com"), 443, true),
             None => (
                 true,
                 format!("{bucket}.s3.{region}.amazonaws.com"),
@@ -457,6 +468,13 @@ mod tests {
             (p.host.as_str(), p.port, p.region.as_str()),
             ("h", 9000, "us-west-2")
         );
+        // A dotted bucket on AWS: path-style on the regional host (the certificate's).
+        let p = Place::parse_with("s3://a.b", &env).unwrap();
+        assert_eq!(p.host, "s3.eu-west-1.amazonaws.com");
+        assert_eq!(p.path("x.lock"), "/a.b/x.lock");
+        // An endpoint with a path would lose it: refused.
+        let e = Place::parse_with("s3://b?endpoint=https%3A%2F%2Fh%2Fs3", &env).unwrap_err();
+        assert!(format!("{e:#}").contains("path"), "{e:#}");
     }
 
     #[test]

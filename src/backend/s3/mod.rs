@@ -152,13 +152,14 @@ impl Seen {
             .is_some_and(|r| r.state == LockState::Free)
     }
 
-    /// The holder's lease; `None` for an object that is not dlock's, or whose lease is longer
-    /// than any dlock takes (never taken over: cutting it short would let a waiter in while
-    /// its holder may still run).
+    /// The holder's lease; `None` for an object that is not dlock's, or whose lease is none
+    /// (a record written without `ttl_ms`, by hand or by another tool) or longer than any
+    /// dlock takes (never taken over: cutting it short would let a waiter in while its holder
+    /// may still run).
     fn lease(&self) -> Option<Duration> {
         self.record.as_ref().and_then(|r| {
-            let lease = Duration::from_millis(r.ttl_ms.max(1));
-            (lease <= crate::config::MAX_DURATION).then_some(lease)
+            let lease = Duration::from_millis(r.ttl_ms);
+            (r.ttl_ms > 0 && lease <= crate::config::MAX_DURATION).then_some(lease)
         })
     }
 }
@@ -387,7 +388,11 @@ impl Backend for S3Backend {
                     Some((k, _)) => Some(k),
                     None => rest.strip_suffix(".lock"),
                 };
-                if let Some(k) = base.and_then(super::unescape_key)
+                // Only a name dlock would make for the key it decodes to (`sub/x.lock` or
+                // `a b.lock` decode, but stand for no key's object).
+                if let Some(k) = base
+                    .and_then(super::unescape_key)
+                    .filter(|k| base == Some(super::escape_key(k).as_str()))
                     && keys.len() < super::MAX_LISTED
                     && !keys.contains(&k)
                 {
@@ -550,5 +555,7 @@ mod tests {
         // Longer than dlock ever takes: never taken over (and no arithmetic can overflow).
         assert_eq!(seen(week + 1).lease(), None);
         assert_eq!(seen(u64::MAX).lease(), None);
+        // A record without a lease (written by hand, by another tool): never taken over.
+        assert_eq!(seen(0).lease(), None);
     }
 }
