@@ -19,6 +19,7 @@
 use std::time::Duration;
 
 use super::client::{Client, Cond};
+use crate::clock::BootInstant;
 use crate::history::{Begun, MAX_EVENT_BYTES, MAX_EVENTS, RunEvent, Stored};
 
 /// The most a history document dlock writes may hold, in bytes: oldest events go first.
@@ -142,16 +143,29 @@ pub(super) fn failed(place: &super::client::Place, f: Failed) -> anyhow::Error {
 
 /// Adds the event `body` (at this host's `now_ms`) to the history at `object`. With
 /// `once_per`, first looks for a start younger than that (by the hosts' clocks) in the very
-/// version it then writes over: if there is one, adds nothing and returns it.
+/// version it then writes over: if there is one, adds nothing and returns it. No request
+/// starts after `until` (a start must leave the lease time to be renewed before the command
+/// starts).
 pub(super) fn append(
     c: &mut Client,
     object: &str,
     body: &[u8],
     once_per: Option<Duration>,
+    until: Option<BootInstant>,
 ) -> Result<Begun, Failed> {
     let now = crate::history::now_ms();
     let line = String::from_utf8_lossy(&Stored::line(now, body)).into_owned();
+    let late = || {
+        until.is_some_and(|u| u.remaining().is_zero()).then(|| {
+            Failed::Other(format!(
+                "the history object {object} took too long to write"
+            ))
+        })
+    };
     for _ in 0..TRIES {
+        if let Some(f) = late() {
+            return Err(f);
+        }
         let (doc, etag) = read(c, object)
             .map_err(Failed::Transport)?
             .map_err(Failed::Refused)?;
@@ -175,6 +189,9 @@ pub(super) fn append(
             return Ok(Begun::Skip { last, ago });
         }
         let doc = render(&events, &line);
+        if let Some(f) = late() {
+            return Err(f);
+        }
         let cond = match &etag {
             Some(e) => Cond::Is(e),
             None => Cond::Absent,

@@ -181,7 +181,9 @@ impl Lease for S3Lease {
     /// ([`super::history::append`]), which also decides `--once-per`, while the lock is held.
     fn begin_run(&mut self, start: &[u8], once_per: Option<Duration>) -> anyhow::Result<Begun> {
         let object = super::history::object_of(&self.object);
-        super::history::append(&mut self.client, &object, start, once_per)
+        // Every request starts within half the lease (each lasts at most a third of it).
+        let until = self.acquired_at + self.ttl / 2;
+        super::history::append(&mut self.client, &object, start, once_per, Some(until))
             .map_err(|f| super::history::failed(&self.client.place, f))
     }
 
@@ -189,7 +191,8 @@ impl Lease for S3Lease {
     fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
         self.free()?;
         let object = super::history::object_of(&self.object);
-        Ok(super::history::append(&mut self.client, &object, end, None).is_ok())
+        let until = BootInstant::now() + super::REQUEST_TIMEOUT;
+        Ok(super::history::append(&mut self.client, &object, end, None, Some(until)).is_ok())
     }
 }
 

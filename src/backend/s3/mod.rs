@@ -532,7 +532,8 @@ impl Backend for S3Backend {
     fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
         let mut c = self.client(REQUEST_TIMEOUT);
         let object = history::object_of(&self.object(key));
-        history::append(&mut c, &object, end, None)
+        let until = BootInstant::now() + REQUEST_TIMEOUT;
+        history::append(&mut c, &object, end, None, Some(until))
             .map(|_| ())
             .map_err(|f| history::failed(&self.place, f))
     }
