@@ -450,3 +450,41 @@ fn racing_history_writes_lose_no_event() {
     assert_eq!(count("\"ev\":\"start\""), 20, "{events:#?}");
     assert_eq!(count("\"ev\":\"end\"") - written, 20, "{events:#?}");
 }
+
+/// An object at the history's name that is not dlock's document: `log` shows it as one
+/// unreadable record; `--once-per` cannot tell and refuses to run (69; the command never runs); a
+/// run without it replaces the object with a new history.
+#[test]
+fn a_foreign_history_object_refuses_once_per_and_is_replaced_by_a_run() {
+    let Some(s) = shared_seaweedfs() else { return };
+    let b = s3_on(s);
+    let key = unique_key("foreign-history");
+    let object = format!("ci/{key}.history");
+    curl_object(
+        &object,
+        &["-X", "PUT", "--data-binary", "\u{1b}[31mterraform state"],
+    );
+    let text = String::from_utf8(run_ok(b.cmd("log").args(["-k", &key])).stdout).unwrap();
+    assert!(
+        text.contains("unreadable record") && text.contains("\\x1b[31m"),
+        "{text}"
+    );
+    let dir = scratch("s3-foreign-history");
+    let m = dir.join("ran");
+    let out = output(&mut b.run(
+        &key,
+        &["--once-per", "1h"],
+        &sh(&format!("touch {}", m.display())),
+    ));
+    assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
+    assert!(
+        one_error_line(&out).contains("not dlock's"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!m.exists(), "the command ran");
+    run_ok(&mut b.run(&key, &[], &["true"]));
+    let runs = crate::history::log_json(&b, &key, 5);
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0]["state"], "ended", "{runs:#?}");
+}
