@@ -47,6 +47,62 @@ mod tree {
     });
 }
 
+/// Run history and `--once-per` (see `history.rs`).
+mod history {
+    use super::*;
+
+    crate::history!(
+        match shared_seaweedfs() {
+            Some(s) => s3_on(s),
+            None => return,
+        },
+        s3_native()
+    );
+}
+
+/// `curl` with SigV4 on `object` (under the bucket) of the shared server: the body it prints.
+fn curl_object(object: &str, extra: &[&str]) -> Vec<u8> {
+    let s = shared_seaweedfs().expect("the shared SeaweedFS");
+    let url = format!("http://127.0.0.1:{}/{S3_BUCKET}/{object}", s.port);
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-f", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user"])
+        .arg(format!("{}:{S3_SECRET}", crate::servers::S3_KEY_ID))
+        .args(["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"])
+        .args(extra)
+        .arg(&url)
+        .output()
+        .unwrap();
+    out.stdout
+}
+
+/// The history hooks, with curl: the document `ci/<key>.history` (the test keys need no
+/// escaping), `{"dlock":1,"events":["MS BODY", …]}`, oldest first.
+pub(crate) fn s3_native() -> crate::history::Native {
+    fn events(key: &str) -> Vec<serde_json::Value> {
+        let doc = curl_object(&format!("ci/{key}.history"), &[]);
+        serde_json::from_slice::<serde_json::Value>(&doc)
+            .ok()
+            .and_then(|d| d["events"].as_array().cloned())
+            .unwrap_or_default()
+    }
+    crate::history::Native {
+        forge: |_, key, body| {
+            let mut all = events(key);
+            let ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis();
+            // A JSON string holds text only: bytes that are not UTF-8 become U+FFFD.
+            all.push(format!("{ms} {}", String::from_utf8_lossy(body)).into());
+            let doc = serde_json::json!({"dlock": 1, "events": all}).to_string();
+            let path = format!("ci/{key}.history");
+            curl_object(&path, &["-X", "PUT", "--data-binary", &doc]);
+            assert_eq!(events(key).len(), all.len(), "the forged event is stored");
+        },
+        count: |_, key| events(key).len(),
+    }
+}
+
 /// Faults under a contending workload (see `faults.rs`).
 mod faults {
     use super::*;
@@ -235,30 +291,6 @@ fn careless_server(con: std::net::TcpStream) {
             return;
         }
     }
-}
-
-/// `--once-per` needs a run history, which the S3 backend does not keep yet: refused with the
-/// usage code before anything runs, never run without its check.
-#[test]
-fn once_per_is_refused_with_2() {
-    let Some(s) = shared_seaweedfs() else { return };
-    let b = s3_on(s);
-    let dir = scratch("s3-once-per");
-    let m = dir.join("ran");
-    let out = run_code(
-        &mut b.run(
-            &unique_key("once-per"),
-            &["--once-per", "1h"],
-            &sh(&format!("touch {}", m.display())),
-        ),
-        2,
-    );
-    assert!(
-        one_error_line(&out).contains("--once-per"),
-        "{}",
-        describe(&out)
-    );
-    assert!(!m.exists(), "the command ran");
 }
 
 /// `--no-wait` on a record whose holder died (kill -9 of the guardian's dlock leaves the record
@@ -493,4 +525,108 @@ fn same_etag_server(
             return;
         }
     }
+}
+
+/// Another writer of the history object (a script, or a dlock whose lease was lost) appends
+/// events with `If-Match` as fast as it can while runs of the key go on: the runs' writes meet
+/// 412s, read again and retry, and no event is lost on either side (an unconditional write of
+/// the document would drop the other writer's events).
+#[test]
+fn racing_history_writes_lose_no_event() {
+    let Some(s) = shared_seaweedfs() else { return };
+    let b = s3_on(s);
+    let key = unique_key("history-race");
+    let object = format!("ci/{key}.history");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = {
+        let (done, object) = (done.clone(), object.clone());
+        std::thread::spawn(move || {
+            let mut written = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) && written < 80 {
+                let reply = curl_object(&object, &["-i"]);
+                let reply = String::from_utf8_lossy(&reply).into_owned();
+                let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+                let etag = head.lines().find_map(|l| {
+                    let (name, v) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("etag")
+                        .then(|| v.trim().to_string())
+                });
+                let mut events = serde_json::from_str::<serde_json::Value>(body)
+                    .ok()
+                    .and_then(|d| d["events"].as_array().cloned())
+                    .unwrap_or_default();
+                let ev = format!(r#"1 {{"run":"other{written:03}","ev":"end"}}"#);
+                events.push(ev.into());
+                let doc = serde_json::json!({"dlock": 1, "events": events}).to_string();
+                let cond = match &etag {
+                    Some(e) => format!("If-Match: {e}"),
+                    None => "If-None-Match: *".to_string(),
+                };
+                let put = curl_object(
+                    &object,
+                    &["-i", "-X", "PUT", "-H", &cond, "--data-binary", &doc],
+                );
+                if put.starts_with(b"HTTP/1.1 200") {
+                    written += 1;
+                }
+            }
+            written
+        })
+    };
+    for _ in 0..20 {
+        run_ok(&mut b.run(&key, &[], &["true"]));
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let written = other.join().unwrap();
+    let doc = curl_object(&object, &[]);
+    let doc: serde_json::Value = serde_json::from_slice(&doc).unwrap();
+    let events: Vec<String> = doc["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap().to_string())
+        .collect();
+    let count = |what: &str| events.iter().filter(|e| e.contains(what)).count();
+    assert!(written > 0, "the other writer never wrote");
+    assert_eq!(count("\"run\":\"other"), written, "{events:#?}");
+    assert_eq!(count("\"ev\":\"start\""), 20, "{events:#?}");
+    assert_eq!(count("\"ev\":\"end\"") - written, 20, "{events:#?}");
+}
+
+/// An object at the history's name that is not dlock's document: `log` shows it as one
+/// unreadable record; `--once-per` cannot tell and refuses to run (69; the command never runs); a
+/// run without it replaces the object with a new history.
+#[test]
+fn a_foreign_history_object_refuses_once_per_and_is_replaced_by_a_run() {
+    let Some(s) = shared_seaweedfs() else { return };
+    let b = s3_on(s);
+    let key = unique_key("foreign-history");
+    let object = format!("ci/{key}.history");
+    curl_object(
+        &object,
+        &["-X", "PUT", "--data-binary", "\u{1b}[31mterraform state"],
+    );
+    let text = String::from_utf8(run_ok(b.cmd("log").args(["-k", &key])).stdout).unwrap();
+    assert!(
+        text.contains("unreadable record") && text.contains("\\x1b[31m"),
+        "{text}"
+    );
+    let dir = scratch("s3-foreign-history");
+    let m = dir.join("ran");
+    let out = output(&mut b.run(
+        &key,
+        &["--once-per", "1h"],
+        &sh(&format!("touch {}", m.display())),
+    ));
+    assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
+    assert!(
+        one_error_line(&out).contains("not dlock's"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!m.exists(), "the command ran");
+    run_ok(&mut b.run(&key, &[], &["true"]));
+    let runs = crate::history::log_json(&b, &key, 5);
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0]["state"], "ended", "{runs:#?}");
 }

@@ -7,6 +7,7 @@ use super::client::{Client, Cond};
 use super::record::LockRecord;
 use crate::backend::{Grant, Lease, RenewError};
 use crate::clock::BootInstant;
+use crate::history::Begun;
 
 /// A renewal's limit: a third of the lease (a stalled server must not hold the keeper past
 /// the deadline), between 200 ms and 3 s.
@@ -173,6 +174,30 @@ impl Lease for S3Lease {
     /// A "free" record with `If-Match`; when our ETag is stale (an unknown outcome, a safe
     /// break), read back and free it if it is still this acquisition's.
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+        self.free()
+    }
+
+    /// The start goes to the key's history object by a conditional read-modify-write
+    /// ([`super::history::append`]), which also decides `--once-per`, while the lock is held.
+    fn begin_run(&mut self, start: &[u8], once_per: Option<Duration>) -> anyhow::Result<Begun> {
+        let object = super::history::object_of(&self.object);
+        // Every request starts within half the lease (each lasts at most a third of it).
+        let until = self.acquired_at + self.ttl / 2;
+        super::history::append(&mut self.client, &object, start, once_per, Some(until))
+            .map_err(|f| super::history::failed(&self.client.place, f))
+    }
+
+    /// The release first (the next holder need not wait for the history), then the end.
+    fn release_with_end(mut self: Box<Self>, end: &[u8]) -> anyhow::Result<bool> {
+        self.free()?;
+        let object = super::history::object_of(&self.object);
+        let until = BootInstant::now() + super::REQUEST_TIMEOUT;
+        Ok(super::history::append(&mut self.client, &object, end, None, Some(until)).is_ok())
+    }
+}
+
+impl S3Lease {
+    fn free(&mut self) -> anyhow::Result<()> {
         let free = self.record.freed().to_bytes();
         let mut etag = self.etag.clone();
         for _ in 0..3 {

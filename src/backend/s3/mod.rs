@@ -18,6 +18,7 @@
 //! - Waiting polls: from 100 ms, backing off to 500 ms, with jitter.
 
 mod client;
+mod history;
 mod lease;
 mod probe;
 mod record;
@@ -225,6 +226,53 @@ impl S3Backend {
     }
 }
 
+impl S3Backend {
+    /// The keys whose objects' names (less the prefix) `base` turns into an escaped key: a
+    /// paginated LIST of the prefix, at most 20 pages and [`super::MAX_LISTED`] keys.
+    fn list_names(&self, base: impl Fn(&str) -> Option<&str>) -> anyhow::Result<Vec<Key>> {
+        let mut c = self.client(REQUEST_TIMEOUT);
+        let mut keys = Vec::new();
+        let mut token: Option<String> = None;
+        for _ in 0..20 {
+            let mut query = vec![("list-type", "2".to_string())];
+            query.push(("prefix", self.place.prefix.clone()));
+            if let Some(t) = &token {
+                query.push(("continuation-token", t.clone()));
+            }
+            let r = c.get("", &query).map_err(|e| self.transport(e))?;
+            if r.status != 200 {
+                return Err(self.refused(&r));
+            }
+            for name in record::xml_values(&r.body, "Key") {
+                let Some(rest) = name.strip_prefix(&self.place.prefix) else {
+                    continue;
+                };
+                // Only a name dlock would make for the key it decodes to (`sub/x.lock` or
+                // `a b.lock` decode, but stand for no key's object).
+                let base = base(rest);
+                if let Some(k) = base
+                    .and_then(super::unescape_key)
+                    .filter(|k| base == Some(super::escape_key(k).as_str()))
+                    && keys.len() < super::MAX_LISTED
+                    && !keys.contains(&k)
+                {
+                    keys.push(k);
+                }
+            }
+            token = record::xml_values(&r.body, "NextContinuationToken")
+                .into_iter()
+                .next();
+            let truncated = record::xml_values(&r.body, "IsTruncated")
+                .first()
+                .is_some_and(|t| t == "true");
+            if !truncated || token.is_none() || keys.len() >= super::MAX_LISTED {
+                break;
+            }
+        }
+        Ok(keys)
+    }
+}
+
 /// A random id for this holder.
 fn owner_id() -> anyhow::Result<String> {
     let mut b = [0u8; 12];
@@ -366,50 +414,11 @@ impl Backend for S3Backend {
     }
 
     fn list_keys(&self) -> anyhow::Result<Vec<Key>> {
-        let mut c = self.client(REQUEST_TIMEOUT);
-        let mut keys = Vec::new();
-        let mut token: Option<String> = None;
-        for _ in 0..20 {
-            let mut query = vec![("list-type", "2".to_string())];
-            query.push(("prefix", self.place.prefix.clone()));
-            if let Some(t) = &token {
-                query.push(("continuation-token", t.clone()));
-            }
-            let r = c.get("", &query).map_err(|e| self.transport(e))?;
-            if r.status != 200 {
-                return Err(self.refused(&r));
-            }
-            for name in record::xml_values(&r.body, "Key") {
-                let Some(rest) = name.strip_prefix(&self.place.prefix) else {
-                    continue;
-                };
-                // A lock's object, or a waiter's mark beside it.
-                let base = match rest.split_once(".lock.w/") {
-                    Some((k, _)) => Some(k),
-                    None => rest.strip_suffix(".lock"),
-                };
-                // Only a name dlock would make for the key it decodes to (`sub/x.lock` or
-                // `a b.lock` decode, but stand for no key's object).
-                if let Some(k) = base
-                    .and_then(super::unescape_key)
-                    .filter(|k| base == Some(super::escape_key(k).as_str()))
-                    && keys.len() < super::MAX_LISTED
-                    && !keys.contains(&k)
-                {
-                    keys.push(k);
-                }
-            }
-            token = record::xml_values(&r.body, "NextContinuationToken")
-                .into_iter()
-                .next();
-            let truncated = record::xml_values(&r.body, "IsTruncated")
-                .first()
-                .is_some_and(|t| t == "true");
-            if !truncated || token.is_none() || keys.len() >= super::MAX_LISTED {
-                break;
-            }
-        }
-        Ok(keys)
+        // A lock's object, or a waiter's mark beside it.
+        self.list_names(|rest| match rest.split_once(".lock.w/") {
+            Some((k, _)) => Some(k),
+            None => rest.strip_suffix(".lock"),
+        })
     }
 
     fn acquire(&self, req: &Request<'_>) -> anyhow::Result<Box<dyn Lease>> {
@@ -461,9 +470,12 @@ impl Backend for S3Backend {
     }
     fn purge(&self, key: &Key) -> anyhow::Result<()> {
         let mut c = self.client(REQUEST_TIMEOUT);
-        let r = c.delete(&self.object(key)).map_err(|e| self.transport(e))?;
-        if !(200..300).contains(&r.status) && r.status != 404 {
-            return Err(self.refused(&r));
+        let object = self.object(key);
+        for o in [history::object_of(&object), object] {
+            let r = c.delete(&o).map_err(|e| self.transport(e))?;
+            if !(200..300).contains(&r.status) && r.status != 404 {
+                return Err(self.refused(&r));
+            }
         }
         Ok(())
     }
@@ -511,6 +523,28 @@ impl Backend for S3Backend {
             "{}: the lock changed under every try to break it",
             self.place.describe()
         )
+    }
+
+    fn runs(&self, key: &Key) -> anyhow::Result<Vec<crate::history::Stored>> {
+        let mut c = self.client(REQUEST_TIMEOUT);
+        let object = history::object_of(&self.object(key));
+        match history::read(&mut c, &object).map_err(|e| self.transport(e))? {
+            Ok((doc, _)) => Ok(doc.stored()),
+            Err(r) => Err(self.refused(&r)),
+        }
+    }
+
+    fn history_keys(&self) -> anyhow::Result<Vec<Key>> {
+        self.list_names(|rest| rest.strip_suffix(".history"))
+    }
+
+    fn end_run(&self, key: &Key, end: &[u8]) -> anyhow::Result<()> {
+        let mut c = self.client(REQUEST_TIMEOUT);
+        let object = history::object_of(&self.object(key));
+        let until = BootInstant::now() + REQUEST_TIMEOUT;
+        history::append(&mut c, &object, end, None, Some(until))
+            .map(|_| ())
+            .map_err(|f| history::failed(&self.place, f))
     }
 
     fn doctor(&self, ttl: Duration) -> anyhow::Result<Vec<crate::backend::ground::Finding>> {
