@@ -77,11 +77,19 @@ pub(crate) enum Step {
 }
 
 impl<W> Stopping<W> {
-    /// Begins a stop: SIGTERM and SIGCONT to `tree` now, SIGKILL at `kill_at`. `lost`: the
-    /// lock is lost already.
+    /// Begins a stop: SIGTERM and SIGCONT to `tree` now, SIGKILL at `kill_at`; or, when
+    /// `kill_at` has come already (a lock already free on the server: `backend::Loss::Freed`),
+    /// SIGKILL now and no SIGTERM — a TERM trap, or SIGCONT to a stopped process, would run
+    /// code while the lock may be another's. `lost`: the lock is lost already.
     pub(crate) fn begin(tree: &mut dyn Tree, why: W, kill_at: BootInstant, lost: bool) -> Self {
-        tree.terminate();
-        Self::signalled(why, kill_at, lost)
+        let mut s = Self::signalled(why, kill_at, lost);
+        if BootInstant::now() >= kill_at {
+            tree.kill(Duration::ZERO);
+            s.killed = true;
+        } else {
+            tree.terminate();
+        }
+        s
     }
 
     /// Begins a stop whose first signal the caller sent (forwarded a signal to the command,

@@ -331,6 +331,31 @@ impl LeaseClock {
         }
     }
 
+    /// A start that took long (a history write retried, a slow server) may have used the time
+    /// the keeper had to renew in: from `deadline − loss_grace` on, the lease is renewed once
+    /// now, before the command starts, and the deadline counted from that renewal's send
+    /// time. `Err` (why) if it cannot be: the command must not start.
+    pub(crate) fn renew_if_late(
+        &mut self,
+        lease: &mut dyn crate::backend::Lease,
+    ) -> Result<(), String> {
+        let (Some(deadline), Some(ttl)) = (self.deadline, lease.ttl()) else {
+            return Ok(());
+        };
+        if BootInstant::now() + self.loss_grace < deadline {
+            return Ok(());
+        }
+        let sent = BootInstant::now();
+        match lease.renew() {
+            Ok(()) => {
+                self.deadline = Some(crate::keeper::deadline_after(sent, ttl));
+                Ok(())
+            }
+            Err(crate::backend::RenewError::Lost(why)) => Err(why),
+            Err(crate::backend::RenewError::Failed(e)) => Err(format!("{e:#}")),
+        }
+    }
+
     /// Whether stopping must begin now, renewals not having succeeded by `deadline −
     /// loss_grace`: then the reason (naming the last renewal error, taken) and the deadline;
     /// else `wake` is cut to when it will be due.

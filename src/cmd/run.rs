@@ -115,7 +115,27 @@ pub(crate) fn run(run: &RunConfig) -> u8 {
         }
     };
     crate::trace::stage("history");
-    let clock = LeaseClock::of(lease.as_ref(), cfg.kill_grace);
+    let mut clock = LeaseClock::of(lease.as_ref(), cfg.kill_grace);
+    if let Err(why) = clock.renew_if_late(lease.as_mut()) {
+        report::error(format_args!(
+            "{name}: lost the lock '{keys_text}' before the command started: the run's start took \
+             the lease's time, and renewing it failed ({why})"
+        ));
+        let ending = history::Ending {
+            code: Some(exit::LOST.into()),
+            note: Some("the command did not start".into()),
+            ..history::Ending::default()
+        };
+        session::release_run(
+            name,
+            &keys_text,
+            lease,
+            backend.as_ref(),
+            run_log.as_ref(),
+            ending,
+        );
+        return exit::LOST;
+    }
     let env = session::command_env(cfg, &tokens, claims);
     let quiet = report::is_quiet();
     let child = match supervise::spawn(&run.command, &env, clock.deadline, quiet, &reaper, &events)

@@ -120,7 +120,7 @@ pub(super) fn hold(
         tokens,
         vars,
     };
-    let clock = Clock {
+    let mut clock = Clock {
         lease: LeaseClock::of(lease.as_ref(), lock.kill_grace),
         give_up_at: cfg.max_hold.map(|d| BootInstant::now() + d),
     };
@@ -140,6 +140,8 @@ pub(super) fn hold(
                 return code;
             }
         };
+    // A start that took the lease's time is renewed for before the caller hears of the lock.
+    let late = clock.lease.renew_if_late(lease.as_mut()).err();
     let (tx, rx) = mpsc::channel();
     let events = Events(tx);
     let keeper = Keeper::new(lease, events.clone());
@@ -148,6 +150,15 @@ pub(super) fn hold(
         run_log: run_log.as_ref(),
         target: &lock.target,
     };
+    if let Some(why) = late {
+        report::error(format_args!(
+            "{name}: lost the lock '{keys_text}' before it was handed over: the run's start took \
+             the lease's time, and renewing it failed ({why})"
+        ));
+        closing.give_back(name, &keys_text, keeper, not_started("the lease ran out"));
+        let _ = std::fs::remove_file(&socket);
+        return exit::LOST;
+    }
     if let Some(o) = owner.as_ref().filter(|o| o.has_exited()) {
         report::error(format_args!(
             "{name}: the owner (pid {}) exited while dlock acquire waited; the lock is given back",

@@ -193,6 +193,9 @@ pub(super) struct OwnerTree {
     leader: Proc,
     /// The owner and its descendants, pinned.
     procs: Vec<Proc>,
+    /// Just scanned by [`OwnerTree::of`]: a kill at once (a lock already free) signals what
+    /// that scan found without scanning again.
+    fresh: bool,
 }
 
 impl OwnerTree {
@@ -212,6 +215,7 @@ impl OwnerTree {
             group: (leads && owner.pid != sys::own_process_group()).then_some(owner.pid),
             leader: owner.proc,
             procs: Vec::new(),
+            fresh: true,
         };
         if !owner.has_exited() {
             t.procs.push(owner.proc);
@@ -249,11 +253,17 @@ impl Tree for OwnerTree {
     /// SIGTERM (and SIGCONT, for a stopped process) to the owner's group and to the owner and
     /// its descendants.
     fn terminate(&mut self) {
+        self.fresh = false;
         self.signal(&[libc::SIGTERM, libc::SIGCONT]);
     }
 
     /// SIGKILL to everything left, after a rescan below each process still running.
     fn kill(&mut self, _rounds_for: std::time::Duration) {
+        if std::mem::replace(&mut self.fresh, false) {
+            self.is_over();
+            self.signal(&[libc::SIGKILL]);
+            return;
+        }
         let me = std::process::id() as libc::pid_t;
         let mut found = Vec::new();
         for p in self.procs.iter().filter(|p| p.is_running()) {

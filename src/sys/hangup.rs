@@ -8,8 +8,8 @@
 //! from this watch at once, instead of at its next check (ttl/3 later).
 //!
 //! The duplicate keeps the socket open while the thread runs: [`HangupWatch`]'s drop wakes the
-//! thread (its pipe's write end closes), which closes the duplicate and ends. Drop it before a
-//! clean release, whose end of the connection is not a loss.
+//! thread (a byte on its pipe), which closes the duplicate and ends. Drop it before a clean
+//! release, whose end of the connection is not a loss.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -18,15 +18,25 @@ use super::raw;
 
 /// A running watch; dropping it ends it.
 pub(crate) struct HangupWatch {
-    _stop: io::PipeWriter,
+    stop: io::PipeWriter,
+}
+
+impl Drop for HangupWatch {
+    /// A byte, not the pipe's end: a process forked since (the acquire holder's watchdog)
+    /// holds a copy of the write end, and the reader would never see it closed.
+    fn drop(&mut self) {
+        use std::io::Write;
+        let _ = self.stop.write_all(b"x");
+    }
 }
 
 impl HangupWatch {
     /// Watches socket `fd` (duplicated: the caller keeps its own) and calls `on_end` once if
     /// its connection ends before the watch is dropped.
     pub(crate) fn start(fd: RawFd, on_end: Box<dyn FnOnce() + Send>) -> io::Result<HangupWatch> {
+        // Above 2: a closed standard descriptor must not become the socket.
         let copy =
-            raw::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0).map_err(io::Error::from_raw_os_error)?;
+            raw::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3).map_err(io::Error::from_raw_os_error)?;
         let copy = i32::try_from(copy).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
         // SAFETY: `copy` is a descriptor fcntl just made for us and nothing else owns.
         let sock = unsafe { OwnedFd::from_raw_fd(copy) };
@@ -34,7 +44,7 @@ impl HangupWatch {
         std::thread::Builder::new()
             .name("dlock-hangup".into())
             .spawn(move || watch(&sock, &stop_r, on_end))?;
-        Ok(HangupWatch { _stop: stop_w })
+        Ok(HangupWatch { stop: stop_w })
     }
 }
 

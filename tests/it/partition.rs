@@ -190,8 +190,8 @@ partition_cases!(etcd, shared_etcd().map(|e| vec![e.url()]), |u| {
 /// A reset of the holder's connection (the proxy closes it, as a firewall or an idle-killing
 /// middlebox would) frees a session lock on the server at once: another holder may have it the
 /// next moment. The holder must hear of it at once, not at its next check (ttl/3: 10 s here),
-/// and kill its command at once — it ignores SIGTERM, and the 20 s `--kill-grace` is not
-/// waited for — and exit 79, within a few seconds. Before, MySQL's holder learned it at its
+/// and kill its command at once — without the 20 s `--kill-grace`: its TERM trap goes on
+/// looping — and exit 79, within a few seconds. Before, MySQL's holder learned it at its
 /// next check (found by the fault campaign), and both gave the command the grace.
 fn a_reset_is_seen_at_once(urls: &[String], make: fn(&[String]) -> TestBackend) {
     let (via, proxies) = all_proxied(urls);
@@ -202,11 +202,13 @@ fn a_reset_is_seen_at_once(urls: &[String], make: fn(&[String]) -> TestBackend) 
     let key = unique_key("reset");
     let dir = scratch("reset");
     let held = dir.join("held");
+    let trapped = dir.join("trapped");
     let holder = Proc::spawn(&mut b.run(
         &key,
         &["--kill-grace", "20s"],
         &sh(&format!(
-            "trap '' TERM; echo held > {}; sleep 60",
+            "trap 'echo trapped > {}' TERM; echo held > {}; while :; do sleep 0.05; done",
+            trapped.display(),
             held.display()
         )),
     ));

@@ -1,7 +1,7 @@
 //! The S3 backend against a real SeaweedFS started by the harness, with a signed identity; and
 //! against a server that ignores conditional writes (a fake, for the refusal only).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::time::{Duration, Instant};
 
 use crate::servers::{S3_BUCKET, S3_SECRET, SeaweedFs, shared_seaweedfs};
@@ -216,13 +216,10 @@ fn wrong_secret_is_69_and_never_printed() {
 /// S3-compatible servers do): refused with 78 before the command runs; `doctor` says why.
 #[test]
 fn a_server_that_ignores_conditions_is_refused_with_78() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for con in listener.incoming() {
-            let Ok(con) = con else { return };
-            std::thread::spawn(move || careless_server(con));
-        }
+    // Every request 200 with an ETag, whatever its conditions (and 404 to a GET).
+    let port = fake_s3(|req| match req.method.as_str() {
+        "GET" => ("404 Not Found", None, Vec::new()),
+        _ => ("200 OK", Some("\"abc\""), Vec::new()),
     });
     let env = vec![
         ("AWS_ACCESS_KEY_ID".to_string(), "AK".to_string()),
@@ -253,44 +250,6 @@ fn a_server_that_ignores_conditions_is_refused_with_78() {
         "{}",
         describe(&out)
     );
-}
-
-/// Answers every request 200 with an ETag, whatever its conditions (and 404 to a GET).
-fn careless_server(con: std::net::TcpStream) {
-    let mut r = BufReader::new(con.try_clone().unwrap());
-    let mut w = con;
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let get = line.starts_with("GET");
-        let mut length = 0usize;
-        loop {
-            let mut h = String::new();
-            if r.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            if h.trim().is_empty() {
-                break;
-            }
-            if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap_or(0);
-            }
-        }
-        let mut body = vec![0; length];
-        if r.read_exact(&mut body).is_err() {
-            return;
-        }
-        let reply = if get {
-            "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
-        } else {
-            "HTTP/1.1 200 OK\r\nETag: \"abc\"\r\nContent-Length: 0\r\n\r\n"
-        };
-        if w.write_all(reply.as_bytes()).is_err() {
-            return;
-        }
-    }
 }
 
 /// `--no-wait` on a record whose holder died (kill -9 of the guardian's dlock leaves the record
@@ -394,14 +353,39 @@ fn a_script_with_curl_takes_the_same_lock() {
 fn a_server_whose_etag_never_changes_is_refused() {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
+    // Both conditions enforced, but every version of an object has the ETag `"same"`.
     let store: Arc<Mutex<HashMap<String, Vec<u8>>>> = Arc::default();
-    std::thread::spawn(move || {
-        for con in listener.incoming() {
-            let Ok(con) = con else { return };
-            let store = store.clone();
-            std::thread::spawn(move || same_etag_server(con, &store));
+    let port = fake_s3(move |req| {
+        let mut objects = store.lock().unwrap();
+        let same = Some("\"same\"");
+        match req.method.as_str() {
+            _ if req.target.contains('?') => (
+                "200 OK",
+                same,
+                b"<ListBucketResult></ListBucketResult>".to_vec(),
+            ),
+            "GET" => match objects.get(&req.target) {
+                Some(b) => ("200 OK", same, b.clone()),
+                None => ("404 Not Found", same, Vec::new()),
+            },
+            "PUT" => {
+                let exists = objects.contains_key(&req.target);
+                let refused = (req.if_none_match && exists)
+                    || req
+                        .if_match
+                        .as_ref()
+                        .is_some_and(|m| !exists || m != "\"same\"");
+                if refused {
+                    ("412 Precondition Failed", same, Vec::new())
+                } else {
+                    objects.insert(req.target.clone(), req.body.clone());
+                    ("200 OK", same, Vec::new())
+                }
+            }
+            _ => {
+                objects.remove(&req.target);
+                ("204 No Content", same, Vec::new())
+            }
         }
     });
     let env = vec![
@@ -449,82 +433,6 @@ fn a_server_whose_etag_never_changes_is_refused() {
     assert_eq!(held.status.code(), Some(78), "{}", describe(&held));
     assert_eq!(waited.status.code(), Some(78), "{}", describe(&waited));
     assert!(!ran.exists(), "the holder's command ran");
-}
-
-/// Keeps objects, enforces `If-None-Match: *` and `If-Match`, but every object's ETag is
-/// `"same"`.
-fn same_etag_server(
-    con: std::net::TcpStream,
-    store: &std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>,
-) {
-    let mut r = BufReader::new(con.try_clone().unwrap());
-    let mut w = con;
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut words = line.split_whitespace();
-        let (method, target) = (
-            words.next().unwrap_or_default().to_string(),
-            words.next().unwrap_or_default().to_string(),
-        );
-        let (mut length, mut if_match, mut if_none) = (0usize, None, false);
-        loop {
-            let mut h = String::new();
-            if r.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            if h.trim().is_empty() {
-                break;
-            }
-            let h = h.to_ascii_lowercase();
-            if let Some(v) = h.strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap_or(0);
-            } else if let Some(v) = h.strip_prefix("if-match:") {
-                if_match = Some(v.trim().to_string());
-            } else if h.starts_with("if-none-match:") {
-                if_none = true;
-            }
-        }
-        let mut body = vec![0; length];
-        if r.read_exact(&mut body).is_err() {
-            return;
-        }
-        let mut objects = store.lock().unwrap();
-        let (status, out) = match method.as_str() {
-            _ if target.contains('?') => {
-                ("200 OK", b"<ListBucketResult></ListBucketResult>".to_vec())
-            }
-            "GET" => match objects.get(&target) {
-                Some(b) => ("200 OK", b.clone()),
-                None => ("404 Not Found", Vec::new()),
-            },
-            "PUT" => {
-                let exists = objects.contains_key(&target);
-                let refused =
-                    (if_none && exists) || if_match.is_some_and(|m| !exists || m != "\"same\"");
-                if refused {
-                    ("412 Precondition Failed", Vec::new())
-                } else {
-                    objects.insert(target, body);
-                    ("200 OK", Vec::new())
-                }
-            }
-            _ => {
-                objects.remove(&target);
-                ("204 No Content", Vec::new())
-            }
-        };
-        drop(objects);
-        let head = format!(
-            "HTTP/1.1 {status}\r\nETag: \"same\"\r\nContent-Length: {}\r\n\r\n",
-            out.len()
-        );
-        if w.write_all(head.as_bytes()).is_err() || w.write_all(&out).is_err() {
-            return;
-        }
-    }
 }
 
 /// Another writer of the history object (a script, or a dlock whose lease was lost) appends
@@ -629,4 +537,87 @@ fn a_foreign_history_object_refuses_once_per_and_is_replaced_by_a_run() {
     let runs = crate::history::log_json(&b, &key, 5);
     assert_eq!(runs.len(), 1, "{runs:#?}");
     assert_eq!(runs[0]["state"], "ended", "{runs:#?}");
+}
+
+/// A request to [`fake_s3`]: what the fakes look at.
+struct FakeRequest {
+    method: String,
+    target: String,
+    if_match: Option<String>,
+    if_none_match: bool,
+    body: Vec<u8>,
+}
+
+/// A fake S3 server on a free loopback port (returned): each request read (HTTP/1.1, keep-alive,
+/// `Content-Length` bodies) is answered with what `answer` says — status line, ETag, body. For
+/// servers that break S3's promises, which the probe must refuse; signatures are not checked.
+fn fake_s3(
+    answer: impl Fn(&FakeRequest) -> (&'static str, Option<&'static str>, Vec<u8>)
+    + Send
+    + Sync
+    + 'static,
+) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let answer = std::sync::Arc::new(answer);
+    std::thread::spawn(move || {
+        for con in listener.incoming() {
+            let Ok(con) = con else { return };
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(con.try_clone().unwrap());
+                let mut w = con;
+                while let Some(req) = read_request(&mut r) {
+                    let (status, etag, out) = answer(&req);
+                    let etag = etag.map(|e| format!("ETag: {e}\r\n")).unwrap_or_default();
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\n{etag}Content-Length: {}\r\n\r\n",
+                        out.len()
+                    );
+                    if w.write_all(head.as_bytes()).is_err() || w.write_all(&out).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// One request from `r`; `None` at the connection's end.
+fn read_request(r: &mut impl BufRead) -> Option<FakeRequest> {
+    let mut line = String::new();
+    if r.read_line(&mut line).unwrap_or(0) == 0 {
+        return None;
+    }
+    let mut words = line.split_whitespace();
+    let method = words.next().unwrap_or_default().to_string();
+    let target = words.next().unwrap_or_default().to_string();
+    let (mut length, mut if_match, mut if_none_match) = (0usize, None, false);
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).unwrap_or(0) == 0 {
+            return None;
+        }
+        if h.trim().is_empty() {
+            break;
+        }
+        let h = h.to_ascii_lowercase();
+        if let Some(v) = h.strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        } else if let Some(v) = h.strip_prefix("if-match:") {
+            if_match = Some(v.trim().to_string());
+        } else if h.starts_with("if-none-match:") {
+            if_none_match = true;
+        }
+    }
+    let mut body = vec![0; length];
+    r.read_exact(&mut body).ok()?;
+    Some(FakeRequest {
+        method,
+        target,
+        if_match,
+        if_none_match,
+        body,
+    })
 }

@@ -25,6 +25,18 @@ pub(super) struct MysqlLease {
     /// Tells the keeper at once when the connection ends ([`Lease::watch_loss`]); dropped
     /// before a clean release.
     pub(super) hangup: Option<crate::sys::HangupWatch>,
+    /// The connection of a renewal that failed: never used again, but kept open until the
+    /// release — closing it would free the lock on the server while the command may still run
+    /// (it is stopped by the lease's deadline; the server keeps the lock until then, or until
+    /// `wait_timeout`, which is longer).
+    pub(super) failed: Option<Conn>,
+}
+
+impl Drop for MysqlLease {
+    /// The watch first: the connection's own close is no loss.
+    fn drop(&mut self) {
+        self.hangup = None;
+    }
 }
 
 impl Lease for MysqlLease {
@@ -95,9 +107,10 @@ impl Lease for MysqlLease {
                 self.addr, self.name
             ))),
             Err(e) => {
-                // The connection is the lease: once it fails, the server has (or will have)
-                // released the lock, and reconnecting cannot get it back.
-                self.con = None;
+                // The connection is the lease: once it fails it cannot be trusted again, and
+                // reconnecting cannot get the lock back. It stays open (not used) until the
+                // release: closing it now would free the lock while the command still runs.
+                self.failed = self.con.take();
                 Err(RenewError::Lost(format!(
                     "{}: the lock's connection failed: {}",
                     self.addr,

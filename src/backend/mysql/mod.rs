@@ -470,6 +470,7 @@ impl MysqlBackend {
                 held_back_until: super::hold_back_until(uptime, req.ttl),
             },
             hangup: None,
+            failed: None,
         }))
     }
 

@@ -99,7 +99,10 @@ impl Lease for ZkLease {
         let (parent, ours) = (parent.to_string(), ours.to_string());
         self.watch = Some(self.rt.spawn(async move {
             let tell = |why: String| lost(Loss::Ended(format!("{addr}: {why}")));
-            let deleted = || tell(format!("the lock node {path} was deleted (dlock break?)"));
+            // The session or the lock node gone, another recipe's contender in: the lock may
+            // be another's now.
+            let freed = |why: String| lost(Loss::Freed(format!("{addr}: {why}")));
+            let deleted = || freed(format!("the lock node {path} was deleted (dlock break?)"));
             let mut warned = std::collections::HashSet::new();
             loop {
                 // (An exists watch fires on a change of the node's data too: a safe break.)
@@ -114,7 +117,7 @@ impl Lease for ZkLease {
                 let children = match op(client.list_and_watch_children(&parent)).await {
                     Ok((children, watcher)) => {
                         if let Some(why) = intruder(&children, &ours, &mut warned) {
-                            return tell(why);
+                            return freed(why);
                         }
                         Some(watcher)
                     }
@@ -139,9 +142,9 @@ impl Lease for ZkLease {
                 loop {
                     tokio::select! {
                         state = states.changed() => match state {
-                            SessionState::Expired => return tell("the session expired".into()),
+                            SessionState::Expired => return freed("the session expired".into()),
                             SessionState::AuthFailed => return tell("authentication failed".into()),
-                            SessionState::Closed => return tell("the session was closed".into()),
+                            SessionState::Closed => return freed("the session was closed".into()),
                             SessionState::Disconnected => crate::report::verbose(format_args!(
                                 "disconnected from zookeeper {addr}; the lease holds until the session could expire"
                             )),
