@@ -80,21 +80,14 @@ pub(crate) fn run(run: &RunConfig) -> u8 {
         let code = exit::signal_code(sig);
         match &opening {
             Some(o) => {
-                let ending = history::Ending {
-                    code: Some(code.into()),
-                    signal: Some(sig.into()),
-                    note: Some("the command did not start".into()),
-                    ..history::Ending::default()
-                };
                 let log = session::RunLog::opened(o, &cfg.keys);
-                session::release_run(
+                let unstarted = Unstarted {
                     name,
-                    &keys_text,
-                    lease,
-                    backend.as_ref(),
-                    Some(&log),
-                    ending,
-                );
+                    keys_text: &keys_text,
+                    backend: backend.as_ref(),
+                    run_log: Some(&log),
+                };
+                return unstarted.end(lease, code, Some(sig));
             }
             None => session::release(name, &keys_text, lease),
         }
@@ -115,26 +108,19 @@ pub(crate) fn run(run: &RunConfig) -> u8 {
         }
     };
     crate::trace::stage("history");
+    let unstarted = Unstarted {
+        name,
+        keys_text: &keys_text,
+        backend: backend.as_ref(),
+        run_log: run_log.as_ref(),
+    };
     let mut clock = LeaseClock::of(lease.as_ref(), cfg.kill_grace);
     if let Err(why) = clock.renew_if_late(lease.as_mut()) {
         report::error(format_args!(
             "{name}: lost the lock '{keys_text}' before the command started: the run's start took \
              the lease's time, and renewing it failed ({why})"
         ));
-        let ending = history::Ending {
-            code: Some(exit::LOST.into()),
-            note: Some("the command did not start".into()),
-            ..history::Ending::default()
-        };
-        session::release_run(
-            name,
-            &keys_text,
-            lease,
-            backend.as_ref(),
-            run_log.as_ref(),
-            ending,
-        );
-        return exit::LOST;
+        return unstarted.end(lease, exit::LOST, None);
     }
     let env = session::command_env(cfg, &tokens, claims);
     let quiet = report::is_quiet();
@@ -143,20 +129,7 @@ pub(crate) fn run(run: &RunConfig) -> u8 {
         Ok(c) => c,
         Err(e) => {
             report::error(format_args!("{}", e.message));
-            let ending = history::Ending {
-                code: Some(e.code.into()),
-                note: Some("the command did not start".into()),
-                ..history::Ending::default()
-            };
-            session::release_run(
-                name,
-                &keys_text,
-                lease,
-                backend.as_ref(),
-                run_log.as_ref(),
-                ending,
-            );
-            return e.code;
+            return unstarted.end(lease, e.code, None);
         }
     };
     // The keeper's thread starts when the first renewal is due: nothing but the fork is on the
@@ -174,6 +147,37 @@ pub(crate) fn run(run: &RunConfig) -> u8 {
     finish(cfg, &keys_text, keeper, &ending, &closing);
     crate::trace::stage("release");
     ending.code()
+}
+
+/// A run whose locks are held and whose command never started (a signal as the lock came, a
+/// start that took the lease's time, a command that could not be spawned).
+struct Unstarted<'a> {
+    name: &'a str,
+    keys_text: &'a str,
+    backend: &'a dyn crate::backend::Backend,
+    run_log: Option<&'a session::RunLog>,
+}
+
+impl Unstarted<'_> {
+    /// Records the run's end (its start is already recorded, with the lock), releases the
+    /// locks, and returns `code`, dlock's exit status.
+    fn end(&self, lease: Box<dyn crate::backend::Lease>, code: u8, signal: Option<i32>) -> u8 {
+        let ending = history::Ending {
+            code: Some(code.into()),
+            signal: signal.map(i64::from),
+            note: Some("the command did not start".into()),
+            ..history::Ending::default()
+        };
+        session::release_run(
+            self.name,
+            self.keys_text,
+            lease,
+            self.backend,
+            self.run_log,
+            ending,
+        );
+        code
+    }
 }
 
 /// How a `dlock run` ended, for its history.
