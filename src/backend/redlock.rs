@@ -143,12 +143,6 @@ fn node_timeout(ttl: Duration) -> Duration {
     (ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(50))
 }
 
-fn jitter_ms(lo: u64, hi: u64) -> u64 {
-    let mut b = [0u8; 8];
-    let _ = getrandom::fill(&mut b);
-    lo + u64::from_le_bytes(b) % (hi - lo + 1)
-}
-
 impl Redlock {
     /// The keys `scan` finds on any master that answers (an error only when none did).
     fn keys_by(
@@ -351,7 +345,7 @@ impl Backend for Redlock {
                 }
                 told_holder = true;
             }
-            let nap = Duration::from_millis(jitter_ms(50, 250));
+            let nap = Duration::from_millis(super::support::jitter_ms(50, 250));
             req.interrupt.nap(remaining.map_or(nap, |r| r.min(nap)))?;
         }
     }

@@ -19,6 +19,17 @@ pub(crate) fn escape_key(key: &Key) -> String {
     name
 }
 
+/// A number drawn evenly from `lo..=hi` (`lo` if the system has no randomness to give): the
+/// jitter of a retry, so that clients that failed together do not retry together.
+#[cfg(any(feature = "redis", feature = "s3"))]
+pub(crate) fn jitter_ms(lo: u64, hi: u64) -> u64 {
+    let mut b = [0u8; 8];
+    if getrandom::fill(&mut b).is_err() || hi <= lo {
+        return lo;
+    }
+    lo + u64::from_le_bytes(b) % (hi - lo + 1)
+}
+
 /// The async runtime of a backend whose client crate is async (ZooKeeper, PostgreSQL): one
 /// worker thread, made on first use and kept in `cell`; `name` names its threads and errors.
 #[cfg(any(feature = "zookeeper", feature = "postgres"))]

@@ -162,7 +162,10 @@ pub(super) fn append(
             ))
         })
     };
-    for _ in 0..TRIES {
+    for tried in 0..TRIES {
+        if tried > 0 {
+            pause(tried, until);
+        }
         if let Some(f) = late() {
             return Err(f);
         }
@@ -209,6 +212,16 @@ pub(super) fn append(
     Err(Failed::Other(format!(
         "the history object {object} kept changing under {TRIES} tries"
     )))
+}
+
+/// Before try number `tried` (from 1) of a write that met another writer or an unknown
+/// outcome: a jittered pause that doubles from 5–15 ms up to 80–240 ms, so that writers who
+/// collided, and a server that answered 5xx, are not met again at once; never past `until`.
+fn pause(tried: usize, until: Option<BootInstant>) {
+    let base = 10u64 << tried.saturating_sub(1).min(4);
+    let nap = Duration::from_millis(crate::backend::support::jitter_ms(base / 2, base * 3 / 2));
+    let nap = until.map_or(nap, |u| nap.min(u.remaining()));
+    std::thread::sleep(nap);
 }
 
 /// The newest start in `events` with a time that counts for a window of `d`
