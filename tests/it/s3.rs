@@ -287,6 +287,26 @@ fn no_wait_takes_over_a_dead_holder_only_after_watching_a_lease() {
     );
 }
 
+/// `status` shows what is left of a holder's lease by the server's clock (`Date` less the
+/// record's `Last-Modified`, whole seconds): at most the lease, and not a renewal older.
+#[test]
+fn status_shows_the_lease_left_by_the_servers_clock() {
+    let Some(s) = shared_seaweedfs() else { return };
+    let b = TestBackend {
+        ttl: Duration::from_secs(30),
+        ..s3_on(s)
+    };
+    let key = unique_key("lease-left");
+    let (p, _child) = b.hold(&key, &[]);
+    let v = b.status(&key);
+    let left = v["holders"][0]["lease_left_ms"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no lease_left_ms: {v}"));
+    // Renewed every 10 s; the server's clock counts whole seconds (one more, at a boundary).
+    assert!((19_000..=30_000).contains(&left), "{left} ms: {v}");
+    drop(p);
+}
+
 /// A script takes the same lock with a plain signed HTTP client (curl's SigV4, as the AWS CLI
 /// would with `put-object --if-none-match '*'` / `--if-match`), by writing dlock's record: dlock
 /// waits for it, and takes the lock, with the next token, once the script frees it.

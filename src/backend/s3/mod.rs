@@ -153,6 +153,14 @@ impl Seen {
             .is_some_and(|r| r.state == LockState::Free)
     }
 
+    /// What is left of the holder's lease as the server's clock has it: the lease less the
+    /// record's age (`Date − Last-Modified`, whole seconds, so up to a second short or long).
+    /// Only an estimate for `status`: the lease itself is timed by observation ([`Seen::at`]).
+    fn lease_left(&self) -> Option<Duration> {
+        let age = Duration::from_secs(self.age_hint?);
+        Some(self.lease()?.saturating_sub(age))
+    }
+
     /// The holder's lease; `None` for an object that is not dlock's, or whose lease is none
     /// (a record written without `ttl_ms`, by hand or by another tool) or longer than any
     /// dlock takes (never taken over: cutting it short would let a waiter in while its holder
@@ -452,7 +460,11 @@ impl Backend for S3Backend {
         };
         if let Some(s) = seen.filter(|s| !s.is_free()) {
             status.held = true;
-            status.holders.push(Self::holder_of(s.record.as_ref()));
+            let mut holder = Self::holder_of(s.record.as_ref());
+            holder.lease_left_ms = s
+                .lease_left()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            status.holders.push(holder);
         }
         let r = c
             .get(
@@ -591,5 +603,27 @@ mod tests {
         assert_eq!(seen(u64::MAX).lease(), None);
         // A record without a lease (written by hand, by another tool): never taken over.
         assert_eq!(seen(0).lease(), None);
+    }
+
+    /// `status`'s lease left: the lease less the server's age of the record, never below
+    /// zero, and none where either is unknown, whatever the server's clock says.
+    #[test]
+    fn the_lease_left_is_the_lease_less_the_servers_age() {
+        let aged = |ttl_ms, age| Seen {
+            age_hint: age,
+            ..seen(ttl_ms)
+        };
+        assert_eq!(
+            aged(30_000, Some(12)).lease_left(),
+            Some(Duration::from_secs(18))
+        );
+        assert_eq!(aged(30_000, Some(31)).lease_left(), Some(Duration::ZERO));
+        assert_eq!(
+            aged(30_000, Some(u64::MAX)).lease_left(),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(aged(30_000, None).lease_left(), None);
+        assert_eq!(aged(0, Some(1)).lease_left(), None);
+        assert_eq!(aged(u64::MAX, Some(0)).lease_left(), None);
     }
 }
