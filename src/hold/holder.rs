@@ -520,9 +520,10 @@ impl Holding<'_> {
         let Some(w) = &mut self.watchdog else { return };
         match w.check(deadline) {
             Check::Fine => {}
-            Check::Replaced(old, new) => report::warn(format_args!(
-                "{}: the holder's watchdog (pid {old}) died; a new one (pid {new}) watches the owner",
-                self.name
+            Check::Replaced(old, status, new) => report::warn(format_args!(
+                "{}: the holder's watchdog (pid {old}) died ({}); a new one (pid {new}) watches the owner",
+                self.name,
+                exit::describe_status(status)
             )),
             Check::DeadlinePassed => {
                 let why = "the lease deadline passed without a renewal; the holder's watchdog \

@@ -39,8 +39,8 @@ use crate::guard::{Guardian, GuardianReport, Watch};
 pub(super) enum Check {
     /// It runs (or there is none).
     Fine,
-    /// It died and a new one took its place: (old pid, new pid).
-    Replaced(libc::pid_t, libc::pid_t),
+    /// It died and a new one took its place: (old pid, how it ended, new pid).
+    Replaced(libc::pid_t, std::process::ExitStatus, libc::pid_t),
     /// The lease deadline passed without a renewal: it killed the owner and its group, and
     /// exited. The lease is lost.
     DeadlinePassed,
@@ -91,11 +91,11 @@ impl Watchdog {
         let Some(g) = self.guardian.as_ref().filter(|_| !self.dismissed) else {
             return Check::Fine;
         };
-        if g.try_reap().is_none() {
+        let Some(status) = g.try_reap() else {
             // Every wake of the holder: a watchdog someone stopped protects nothing.
             g.resume();
             return Check::Fine;
-        }
+        };
         let old = g.pid();
         let passed = g.reports().contains(&GuardianReport::DeadlinePassed);
         self.guardian = None;
@@ -109,7 +109,7 @@ impl Watchdog {
             Ok(g) => {
                 let new = g.pid();
                 self.guardian = Some(g);
-                Check::Replaced(old, new)
+                Check::Replaced(old, status, new)
             }
             Err(e) => Check::Gone(e),
         }
