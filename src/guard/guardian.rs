@@ -35,6 +35,15 @@ const NAME: &CStr = c"d-lock-guard";
 /// The second argument of a guardian executing itself anew; anything else is not one.
 const RESUME_MARK: &[u8] = b"--resume-guardian-v2";
 
+/// What a guardian executing dlock's binary anew leaves out of its environment. A library
+/// preloaded into dlock at its start need not load again, later, in another process: the long
+/// fault campaign's libfaketime attaches in its constructor to shared memory that the first
+/// process to preload it named in the environment — an `acquire` caller, gone by then with it —
+/// and exits 1 without it. Each watchdog and each that replaced it died within 20 ms of its
+/// start, and a `kill -9` of the holder in such a gap let the lock go while the owner ran. The
+/// guardian's own code needs nothing preloaded (its clocks are system calls: `sys::raw`).
+const NOT_PRELOADED: &[&[u8]] = &[b"LD_PRELOAD", b"LD_AUDIT"];
+
 /// The guardian's whole state: on its own stack, or passed through `execve`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Guard {
@@ -506,10 +515,12 @@ impl Guard {
                 _ => return,
             }
         }
-        // With dlock's environment (LD_LIBRARY_PATH, say, may be what lets its binary start).
+        // With dlock's environment (LD_LIBRARY_PATH, say, may be what lets its binary start),
+        // less what would load a library into it ([`NOT_PRELOADED`]).
         let _ = raw::execve_keeping_environment(
             c"/proc/self/exe",
             argv.get(..count).unwrap_or_default(),
+            NOT_PRELOADED,
         );
     }
 

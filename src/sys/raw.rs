@@ -372,9 +372,19 @@ unsafe extern "C" {
 /// The most arguments [`execve_keeping_environment`] passes.
 pub(crate) const MAX_EXEC_ARGS: usize = 31;
 
-/// `execve(path, args, environ)`: executes `path` with the arguments `args` (at most
-/// [`MAX_EXEC_ARGS`], else `E2BIG`) and this process's environment. Returns only on failure.
-pub(crate) fn execve_keeping_environment(path: &CStr, args: &[&CStr]) -> Errno {
+/// The most environment entries [`execve_keeping_environment`] sorts; a larger environment is
+/// passed whole (8 KiB of the caller's stack).
+const MAX_EXEC_ENV: usize = 1024;
+
+/// `execve(path, args, env)`: executes `path` with the arguments `args` (at most
+/// [`MAX_EXEC_ARGS`], else `E2BIG`) and this process's environment less the variables named in
+/// `leave_out` (an environment of more than [`MAX_EXEC_ENV`] entries whole). Returns only on
+/// failure.
+pub(crate) fn execve_keeping_environment(
+    path: &CStr,
+    args: &[&CStr],
+    leave_out: &[&[u8]],
+) -> Errno {
     let mut argv = [std::ptr::null::<libc::c_char>(); MAX_EXEC_ARGS + 1];
     if args.len() > MAX_EXEC_ARGS {
         return libc::E2BIG;
@@ -384,9 +394,31 @@ pub(crate) fn execve_keeping_environment(path: &CStr, args: &[&CStr]) -> Errno {
     }
     // SAFETY: `environ` is the C library's NULL-terminated array; dlock never changes its
     // environment (no `setenv`), so it is not being rewritten while it is read.
-    let envp = unsafe { environ };
+    let whole = unsafe { environ };
+    let mut kept = [std::ptr::null::<libc::c_char>(); MAX_EXEC_ENV + 1];
+    let mut count = 0usize;
+    let mut envp = kept.as_ptr();
+    for i in 0.. {
+        // SAFETY: as above: every entry up to and including the NULL may be read.
+        let entry = unsafe { *whole.wrapping_add(i) };
+        if entry.is_null() {
+            break;
+        }
+        if leave_out.iter().any(|name| names(entry, name)) {
+            continue;
+        }
+        match kept.get_mut(count).filter(|_| count < MAX_EXEC_ENV) {
+            Some(slot) => *slot = entry,
+            None => {
+                envp = whole;
+                break;
+            }
+        }
+        count = count.wrapping_add(1);
+    }
     // SAFETY: `argv` holds pointers to NUL-terminated strings borrowed for the call, then at
-    // least one NULL; `envp` is as above; both outlive the call (which returns only on failure).
+    // least one NULL; `envp` is `environ` or `kept`, pointers into it then at least one NULL;
+    // all outlive the call (which returns only on failure).
     match unsafe {
         call(
             libc::SYS_execve,
@@ -403,6 +435,20 @@ pub(crate) fn execve_keeping_environment(path: &CStr, args: &[&CStr]) -> Errno {
         Err(e) => e,
         Ok(_) => 0,
     }
+}
+
+/// Whether the environment entry `entry` (`NAME=value`, NUL-terminated) is of the variable
+/// `name`; reads no further than its NUL (no C library: see [`execve_keeping_environment`]'s
+/// callers).
+fn names(entry: *const libc::c_char, name: &[u8]) -> bool {
+    for (i, &want) in name.iter().chain(b"=").enumerate() {
+        // SAFETY: the bytes before this one matched `name`, none of which is NUL, so the
+        // string's NUL has not been passed.
+        if unsafe { *entry.wrapping_add(i) } as u8 != want {
+            return false;
+        }
+    }
+    true
 }
 
 /// Ends the calling process at once with `code`: no destructors, no `atexit` handlers, no
@@ -444,5 +490,16 @@ mod tests {
         assert_eq!(unsafe { *libc::__errno_location() }, 1234);
         assert_eq!(getpid() as u32, std::process::id());
         assert!(boottime_ns() > 0);
+    }
+
+    #[test]
+    fn an_environment_entry_is_matched_by_its_whole_name() {
+        let is = |entry: &CStr, name: &[u8]| names(entry.as_ptr(), name);
+        assert!(is(c"LD_PRELOAD=/x.so", b"LD_PRELOAD"));
+        assert!(is(c"LD_PRELOAD=", b"LD_PRELOAD"));
+        assert!(!is(c"LD_PRELOADS=/x.so", b"LD_PRELOAD"));
+        assert!(!is(c"LD_PRE", b"LD_PRELOAD"));
+        assert!(!is(c"LD_LIBRARY_PATH=/lib", b"LD_PRELOAD"));
+        assert!(!is(c"", b"LD_AUDIT"));
     }
 }

@@ -247,6 +247,77 @@ mod mysql {
     );
 }
 
+/// A library built here whose constructor exits 1 in a process named `d-lock-guard` — a
+/// guardian or watchdog executing dlock anew — and does nothing anywhere else: what the long
+/// fault campaign's libfaketime did there (its shared memory gone with the process that made
+/// it, an `acquire` caller that had exited).
+fn preload_that_fails_in_a_guardian(dir: &Path) -> std::path::PathBuf {
+    let src = dir.join("fail_in_guardian.c");
+    let lib = dir.join("fail_in_guardian.so");
+    std::fs::write(
+        &src,
+        "#define _GNU_SOURCE\n#include <errno.h>\n#include <string.h>\n#include <unistd.h>\n\
+         __attribute__((constructor)) static void fail(void) {\n\
+         if (strcmp(program_invocation_short_name, \"d-lock-guard\") == 0) _exit(1);\n}\n",
+    )
+    .unwrap();
+    run_ok(std::process::Command::new("cc").args([
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-o".as_ref(),
+        lib.as_os_str(),
+        src.as_os_str(),
+    ]));
+    lib
+}
+
+/// `LD_PRELOAD` of a library that cannot start in a guardian executing dlock anew: the guardian
+/// leaves it out of its environment and guards on. Before, every watchdog (and every one that
+/// replaced it) died 20 ms after its start, and a `kill -9` of the holder in the gap before
+/// the next let the lock go while the owner's child ran (the long campaign: file, MySQL,
+/// PostgreSQL); a `dlock run` of more than 20 ms lost its guardian and ended in an error.
+#[test]
+fn a_preloaded_library_that_fails_in_a_guardian_is_left_out_of_it() {
+    let dir = scratch("wd-preload");
+    let lib = preload_that_fails_in_a_guardian(&dir);
+    let mut b = TestBackend::file();
+    b.env.push(("LD_PRELOAD".into(), lib.display().to_string()));
+    let key = unique_key("wd-preload");
+    let out = output(&mut b.run(&key, &[], &["sleep", "0.3"]));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let (o, child) = owner_with_stubborn_child(&b, &key, &dir, Shape::OwnGroup);
+    let first = watchdog_of(o.holder).expect("a watchdog");
+    let resumed = |w: i32| {
+        std::fs::read(format!("/proc/{w}/cmdline"))
+            .is_ok_and(|c| c.starts_with(b"d-lock-guard\0--resume-guardian"))
+    };
+    wait_until(
+        Duration::from_secs(5),
+        "the watchdog to execute dlock anew",
+        || resumed(first) || watchdog_of(o.holder) != Some(first),
+    );
+    assert_eq!(
+        watchdog_of(o.holder),
+        Some(first),
+        "the watchdog died as it executed dlock anew, and was replaced"
+    );
+    let environ = std::fs::read(format!("/proc/{first}/environ")).unwrap();
+    assert!(
+        !environ
+            .split(|&c| c == 0)
+            .any(|e| e.starts_with(b"LD_PRELOAD=")),
+        "the watchdog was executed with LD_PRELOAD"
+    );
+    kill_holder_and_check_the_waiter(&b, &key, &dir, o.holder, child);
+    let (out, _) = o.p.wait(Duration::from_secs(5));
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "{}",
+        describe(&out)
+    );
+}
+
 /// The holder and its watchdog leave the caller's working directory (an unmount there is not
 /// blocked by a held lock): both run in `/`.
 #[test]
