@@ -112,6 +112,12 @@ impl Proc {
 /// Every descendant of `root` (children, their children, ...), not `root` itself. A process
 /// forked during the scan is caught by the next call.
 pub(crate) fn descendants(root: libc::pid_t) -> Vec<Proc> {
+    descendants_but(root, 0)
+}
+
+/// [`descendants`] of `root` less the process `but` and its own descendants (an acquire
+/// holder's: itself and its watchdog, below an owner whose caller has not exited yet).
+pub(crate) fn descendants_but(root: libc::pid_t, but: libc::pid_t) -> Vec<Proc> {
     let procs = scan();
     let mut tree = vec![Proc {
         pid: root,
@@ -123,7 +129,7 @@ pub(crate) fn descendants(root: libc::pid_t) -> Vec<Proc> {
         tree.extend(
             procs
                 .iter()
-                .filter(|(_, pp, _)| *pp == p)
+                .filter(|&&(pid, pp, _)| pp == p && pid != but)
                 .map(|&(pid, _, start)| Proc { pid, start }),
         );
         i += 1;

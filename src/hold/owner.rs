@@ -219,7 +219,9 @@ impl OwnerTree {
         };
         if !owner.has_exited() {
             t.procs.push(owner.proc);
-            t.procs.extend(procs::descendants(owner.pid));
+            // Never the holder and its watchdog, below the owner while the caller runs (a stop
+            // begun then killed the watchdog, which the holder replaced mid-stop).
+            t.procs.extend(procs::descendants_but(owner.pid, me));
             // Still the one scanned: else the scan may have been of a reused pid.
             if !owner.proc.is_running() {
                 t.procs.truncate(1);
@@ -267,7 +269,7 @@ impl Tree for OwnerTree {
         let me = std::process::id() as libc::pid_t;
         let mut found = Vec::new();
         for p in self.procs.iter().filter(|p| p.is_running()) {
-            let below = procs::descendants(p.pid);
+            let below = procs::descendants_but(p.pid, me);
             if p.is_running() {
                 found.extend(below);
             }
