@@ -247,7 +247,7 @@ impl Child {
                 GuardianReport::Exited(status) => Event::ChildExited(status),
                 GuardianReport::Leftovers => Event::Leftovers,
                 GuardianReport::DeadlinePassed => Event::Lost(
-                    "the lease ran out before dlock renewed it; the guardian killed the command's processes".into(),
+                    "dlock neither renewed the lease nor stopped the command in time (stopped or starved?); its guardian killed the command's processes before the lease could run out".into(),
                 ),
             };
             let _ = self.events.send(event);
@@ -312,7 +312,7 @@ pub struct LeaseClock {
     /// When the lease runs out unless renewed; `None` if it never runs out by itself.
     pub deadline: Option<BootInstant>,
     /// How long before the deadline to start terminating: the child gets SIGTERM then and
-    /// SIGKILL at the deadline, so it is gone before anyone else can hold the lock.
+    /// SIGKILL by [`LeaseClock::kill_by`], so it is gone before anyone else can hold the lock.
     pub loss_grace: Duration,
 }
 
@@ -329,6 +329,29 @@ impl LeaseClock {
                 .ttl()
                 .map_or(kill_grace, |ttl| kill_grace.min(ttl / 3)),
         }
+    }
+
+    /// When a guardian (or an acquire holder's watchdog) is to kill the tree by itself, its
+    /// dlock (holder) having done nothing: while nothing is being stopped, a quarter of the loss
+    /// grace after stopping was due (`deadline − ¾·loss_grace`): a dlock alive begins stopping
+    /// at `deadline − loss_grace` and says so; one that has not by then is frozen or starved.
+    /// The three quarters left are the guardian's room for a late wake-up on a busy machine:
+    /// at the deadline itself it had only the drift margin, and the long fault campaign saw a
+    /// frozen holder's watchdog woken 150–470 ms late at a load of 50 on 2 cores, its owner
+    /// killed after the next holder had started. While stopping: [`LeaseClock::kill_by`], the
+    /// SIGKILL dlock sends itself, so the command keeps its grace.
+    pub(crate) fn guard_deadline(&self, stopping: bool) -> Option<BootInstant> {
+        if stopping {
+            return self.kill_by();
+        }
+        self.deadline.map(|d| d - self.loss_grace * 3 / 4)
+    }
+
+    /// The latest a stop's SIGKILL may come: a quarter of the loss grace before the deadline,
+    /// room for a late wake-up of the killer (not the deadline itself, which a SIGTERM-ignoring
+    /// command on a busy machine outlived). `None` for a lease that never runs out.
+    pub(crate) fn kill_by(&self) -> Option<BootInstant> {
+        self.deadline.map(|d| d - self.loss_grace / 4)
     }
 
     /// A start that took long (a history write retried, a slow server) may have used the time
@@ -357,8 +380,8 @@ impl LeaseClock {
     }
 
     /// Whether stopping must begin now, renewals not having succeeded by `deadline −
-    /// loss_grace`: then the reason (naming the last renewal error, taken) and the deadline;
-    /// else `wake` is cut to when it will be due.
+    /// loss_grace`: then the reason (naming the last renewal error, taken) and the SIGKILL's time
+    /// ([`LeaseClock::kill_by`]); else `wake` is cut to when it will be due.
     pub(crate) fn overdue(
         &self,
         now: BootInstant,
@@ -376,7 +399,7 @@ impl LeaseClock {
             .unwrap_or_else(|| "no reply to the last renewal yet".into());
         Some((
             format!("the lease could not be renewed before it ran out ({why})"),
-            deadline,
+            deadline - self.loss_grace / 4,
         ))
     }
 }
@@ -427,7 +450,14 @@ pub fn supervise(
     let mut status: Option<ExitStatus> = None;
     let mut last_renew_error: Option<String> = None;
     let mut tree = CommandTree(child);
+    // What the guardian was told at its start (see `LeaseClock::guard_deadline`).
+    let mut guard_told = lease.guard_deadline(false);
     loop {
+        let want = lease.guard_deadline(stopping.is_some());
+        if want != guard_told {
+            child.guardian.set_deadline(want);
+            guard_told = want;
+        }
         let now = BootInstant::now();
         let mut wake = Duration::from_secs(1);
         // The keeper starts when the first renewal is due, also while stopping: the lock is held
@@ -458,7 +488,8 @@ pub fn supervise(
             // killed (it stays held, renewed; the guardian keeps the descriptors), which is
             // said once. The loop ends when the last child is reaped (`Event::AllReaped`).
             Some(s) => {
-                if let Step::Unkillable(message) = s.step(&mut tree, now, lease.deadline, &mut wake)
+                if let Step::Unkillable(message) =
+                    s.step(&mut tree, now, lease.kill_by(), &mut wake)
                 {
                     crate::report::warn(format_args!("{message}"));
                 }
@@ -513,7 +544,6 @@ pub fn supervise(
             }
             Event::Renewed(deadline) => {
                 lease.deadline = Some(deadline);
-                child.guardian.set_deadline(Some(deadline));
                 last_renew_error = None;
             }
             Event::RenewFailed(e) => last_renew_error = Some(e),
@@ -600,4 +630,54 @@ pub fn supervise(
 /// SIGTERM to every descendant now, SIGKILL at `kill_at`.
 fn lose(tree: &mut CommandTree<'_>, why: String, kill_at: BootInstant) -> Stopping<Outcome> {
     Stopping::begin(tree, Outcome::Lost(why), kill_at, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--ttl 3s` (a loss grace of 1 s): stopping is due 1 s before the deadline, the guardian
+    /// fires 750 ms before it, and a stop's SIGKILL comes 250 ms before it.
+    #[test]
+    fn the_guardian_fires_after_the_stop_was_due_and_before_the_kill() {
+        let deadline = BootInstant::now() + Duration::from_secs(10);
+        let lease = LeaseClock {
+            deadline: Some(deadline),
+            loss_grace: Duration::from_secs(1),
+        };
+        let ms =
+            |at: Option<BootInstant>| deadline.saturating_duration_since(at.unwrap()).as_millis();
+        assert_eq!(ms(lease.guard_deadline(false)), 750);
+        assert_eq!(ms(lease.guard_deadline(true)), 250);
+        assert_eq!(ms(lease.kill_by()), 250);
+        let (mut last, mut wake) = (None, Duration::from_secs(60));
+        assert!(
+            lease
+                .overdue(deadline - Duration::from_millis(1001), &mut last, &mut wake)
+                .is_none()
+        );
+        assert_eq!(wake, Duration::from_millis(1));
+        let (_, kill_at) = lease
+            .overdue(deadline - Duration::from_secs(1), &mut last, &mut wake)
+            .unwrap();
+        assert_eq!(ms(Some(kill_at)), 250);
+    }
+
+    /// No TTL (the file backend): nothing fires by itself; `--kill-grace 0`: all at the deadline.
+    #[test]
+    fn without_a_ttl_or_a_grace() {
+        let none = LeaseClock {
+            deadline: None,
+            loss_grace: Duration::from_secs(5),
+        };
+        assert_eq!(none.guard_deadline(false), None);
+        assert_eq!(none.kill_by(), None);
+        let deadline = BootInstant::now() + Duration::from_secs(10);
+        let zero = LeaseClock {
+            deadline: Some(deadline),
+            loss_grace: Duration::ZERO,
+        };
+        assert_eq!(zero.guard_deadline(false), Some(deadline));
+        assert_eq!(zero.kill_by(), Some(deadline));
+    }
 }

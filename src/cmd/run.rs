@@ -124,8 +124,14 @@ pub(crate) fn run(run: &RunConfig) -> u8 {
     }
     let env = session::command_env(cfg, &tokens, claims);
     let quiet = report::is_quiet();
-    let child = match supervise::spawn(&run.command, &env, clock.deadline, quiet, &reaper, &events)
-    {
+    let child = match supervise::spawn(
+        &run.command,
+        &env,
+        clock.guard_deadline(false),
+        quiet,
+        &reaper,
+        &events,
+    ) {
         Ok(c) => c,
         Err(e) => {
             report::error(format_args!("{}", e.message));

@@ -15,8 +15,8 @@
 //! dlock dies, the guardian sees the end of its pipe, SIGKILLs the whole tree, waits until the
 //! last process is reaped, and only then exits — releasing the descriptors. A lock with a TTL
 //! runs out on the server some time later; the tree is long gone by then. The guardian also
-//! holds the lease deadline and kills the tree by itself when it passes (dlock frozen by SIGSTOP
-//! or starved). If the guardian is killed instead, the command dies of its PDEATHSIG, the orphans
+//! holds a deadline before the lease's and kills the tree by itself when it passes (dlock
+//! frozen by SIGSTOP or starved). If the guardian is killed instead, the command dies of its PDEATHSIG, the orphans
 //! come to dlock (a subreaper too), and dlock kills them before it releases.
 //!
 //! **Cost.** The guardian shares dlock's memory (`clone(CLONE_VM)`, [`crate::sys::clone_vm`]: a
@@ -111,7 +111,8 @@ pub(crate) enum GuardianReport {
     Exited(ExitStatus),
     /// The command exited and left processes running.
     Leftovers,
-    /// The lease deadline passed before dlock renewed it: the guardian killed the tree.
+    /// Its deadline passed before dlock renewed the lease or stopped: the guardian killed the
+    /// tree.
     DeadlinePassed,
 }
 
@@ -350,7 +351,8 @@ impl Guardian {
         self.tell(to_guard::KILL, 0);
     }
 
-    /// Tells the guardian the lease's new deadline.
+    /// Tells the guardian when to kill the tree by itself
+    /// ([`crate::supervise::LeaseClock::guard_deadline`]: before the lease's deadline).
     pub(crate) fn set_deadline(&self, deadline: Option<BootInstant>) {
         self.tell(to_guard::DEADLINE, deadline.map_or(0, ns));
     }

@@ -179,7 +179,7 @@ pub(super) fn hold(
         .as_ref()
         .map(|o| {
             let close = [to_caller.as_raw_fd(), listener.as_raw_fd(), -1, -1];
-            Watchdog::start(o, close, clock.lease.deadline)
+            Watchdog::start(o, close, clock.lease.guard_deadline(false))
         })
         .transpose()
     {
@@ -351,7 +351,13 @@ impl Holding<'_> {
     fn run(&mut self, mut keeper: Keeper, mut clock: Clock, rx: &Receiver<Event>) -> u8 {
         let mut last_renew_error: Option<String> = None;
         loop {
-            self.check_watchdog(clock.lease.deadline);
+            // While nothing is stopped, the watchdog kills before the lease's deadline with
+            // room for its own late wake-up; while stopping, at the stop's latest SIGKILL.
+            let guard = clock.lease.guard_deadline(self.stop.is_some());
+            self.check_watchdog(guard);
+            if let Some(w) = &mut self.watchdog {
+                w.set_deadline(guard);
+            }
             let now = BootInstant::now();
             let mut wake = Duration::from_secs(1);
             if let Some(started) = keeper.start_if_due(now, &mut wake) {
@@ -385,7 +391,7 @@ impl Holding<'_> {
                 // and sessions hold it, and a lease is renewed while it is ours), said once.
                 Some(s) => {
                     let step = match &mut s.tree {
-                        Some(tree) => s.stopping.step(tree, now, clock.lease.deadline, &mut wake),
+                        Some(tree) => s.stopping.step(tree, now, clock.lease.kill_by(), &mut wake),
                         None => Step::Over,
                     };
                     match step {
@@ -415,9 +421,6 @@ impl Holding<'_> {
             match event {
                 Event::Renewed(deadline) => {
                     clock.lease.deadline = Some(deadline);
-                    if let Some(w) = &self.watchdog {
-                        w.set_deadline(Some(deadline));
-                    }
                     last_renew_error = None;
                 }
                 Event::RenewFailed(e) => last_renew_error = Some(e),
@@ -526,8 +529,9 @@ impl Holding<'_> {
                 exit::describe_status(status)
             )),
             Check::DeadlinePassed => {
-                let why = "the lease deadline passed without a renewal; the holder's watchdog \
-                           killed the owner and its process group"
+                let why = "the holder neither renewed the lease nor stopped the owner in time \
+                           (stopped or starved?); its watchdog killed the owner and its process \
+                           group before the lease could run out"
                     .to_string();
                 self.lost_now(why);
             }

@@ -52,6 +52,8 @@ pub(super) enum Check {
 pub(super) struct Watchdog {
     guardian: Option<Guardian>,
     watch: Watch,
+    /// The deadline it was told last.
+    told: Option<BootInstant>,
     /// Told of a clean end: not replaced if it exits.
     dismissed: bool,
 }
@@ -74,14 +76,17 @@ impl Watchdog {
         Ok(Watchdog {
             guardian: Some(guardian),
             watch,
+            told: deadline,
             dismissed: false,
         })
     }
 
-    /// Tells it the lease's new deadline.
-    pub(super) fn set_deadline(&self, deadline: Option<BootInstant>) {
-        if let Some(g) = &self.guardian {
+    /// Tells it when to kill by itself ([`crate::supervise::LeaseClock::guard_deadline`]), if
+    /// that changed.
+    pub(super) fn set_deadline(&mut self, deadline: Option<BootInstant>) {
+        if let Some(g) = self.guardian.as_ref().filter(|_| deadline != self.told) {
             g.set_deadline(deadline);
+            self.told = deadline;
         }
     }
 
@@ -109,6 +114,7 @@ impl Watchdog {
             Ok(g) => {
                 let new = g.pid();
                 self.guardian = Some(g);
+                self.told = deadline;
                 Check::Replaced(old, status, new)
             }
             Err(e) => Check::Gone(e),

@@ -20,6 +20,7 @@ mod interop;
 mod interop_servers;
 mod kernel;
 mod kernels;
+mod kill_room;
 mod modes;
 mod monitoring;
 mod mysql;
