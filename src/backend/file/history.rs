@@ -51,22 +51,24 @@ fn open_locked(path: &Path, op: libc::c_int, create: Option<bool>) -> anyhow::Re
     Ok(Some(file))
 }
 
-/// The events in an open history file, oldest first, each line as it is.
-fn read_lines(file: &mut File) -> anyhow::Result<Vec<Vec<u8>>> {
+/// The end of an open history file: at most [`MAX_FILE`] bytes, and whether its start was cut
+/// off (the first line is then a part of one).
+fn read_tail(file: &mut File) -> anyhow::Result<(Vec<u8>, bool)> {
     let len = file.metadata()?.len();
     let from = len.saturating_sub(MAX_FILE);
     file.seek(SeekFrom::Start(from))?;
     let mut buf = Vec::with_capacity(len.min(MAX_FILE) as usize);
     file.take(MAX_FILE).read_to_end(&mut buf)?;
-    let mut lines: Vec<Vec<u8>> = buf
-        .split(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(<[u8]>::to_vec)
-        .collect();
-    if from > 0 && !lines.is_empty() {
-        lines.remove(0); // cut in the middle
+    Ok((buf, from > 0))
+}
+
+/// The events of a history file's tail ([`read_tail`]), oldest first, each line as it is.
+fn lines_of(tail: &[u8], cut: bool) -> impl DoubleEndedIterator<Item = &[u8]> {
+    let mut lines = tail.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+    if cut {
+        lines.next(); // cut in the middle
     }
-    Ok(lines)
+    lines
 }
 
 /// A line of the file: the event as `MS BODY` ([`Stored::line`]), and a newline.
@@ -87,16 +89,15 @@ pub(super) fn begin(
     let Some(mut file) = open_locked(&path, libc::LOCK_EX, Some(shared))? else {
         bail!("cannot open {}", path.display());
     };
-    let lines = read_lines(&mut file)?;
+    let (tail, cut) = read_tail(&mut file)?;
     let now = now_ms();
     if let Some(d) = once_per {
         // The newest start with a time that counts: one without a time (a forged or torn line)
         // does not, nor one dated more than DUR ahead ([`crate::history::age`]).
         // By time, not by place in the file (a prune cut short leaves older events last).
-        let last = lines
-            .iter()
+        let last = lines_of(&tail, cut)
             .rev()
-            .map(|l| Stored::from_line(l))
+            .map(Stored::from_line)
             .filter(|s| crate::history::RunEvent::read(s).is_some_and(|e| e.ev == "start"))
             .filter_map(|s| {
                 let ago = crate::history::age(now, s.at_ms?, d)?;
@@ -108,9 +109,11 @@ pub(super) fn begin(
         }
     }
     let new = line(now, body);
-    if lines.len() >= MAX_EVENTS + SLACK {
+    // Counted without a copy of each line: most starts only append.
+    let count = lines_of(&tail, cut).count();
+    if count >= MAX_EVENTS + SLACK {
         let mut kept: Vec<u8> = Vec::new();
-        for l in &lines[lines.len() + 1 - MAX_EVENTS..] {
+        for l in lines_of(&tail, cut).skip(count + 1 - MAX_EVENTS) {
             kept.extend_from_slice(l);
             kept.push(b'\n');
         }
@@ -155,8 +158,8 @@ pub(super) fn read(lock: &Path) -> anyhow::Result<Vec<Stored>> {
     let Some(mut file) = open_locked(&path, libc::LOCK_SH, None)? else {
         return Ok(Vec::new());
     };
-    let lines = read_lines(&mut file)?;
-    let mut events: Vec<Stored> = lines.iter().rev().map(|l| Stored::from_line(l)).collect();
+    let (tail, cut) = read_tail(&mut file)?;
+    let mut events: Vec<Stored> = lines_of(&tail, cut).rev().map(Stored::from_line).collect();
     // Newest first by time (stable: the file's order among equal times), so that events a
     // prune cut short left after newer ones still read in order.
     events.sort_by_key(|e| std::cmp::Reverse(e.at_ms));
