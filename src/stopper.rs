@@ -8,7 +8,8 @@
 //! 1. **SIGTERM**, with SIGCONT (a stopped process handles its SIGTERM only once continued), to
 //!    every process of the tree at once — unless the caller already passed a signal on (a
 //!    signal to dlock is forwarded to the command instead).
-//! 2. **The grace**: SIGKILL at its end or at the lease's deadline, whichever comes first,
+//! 2. **The grace**: SIGKILL at its end or by the lease's deadline (the caller's
+//!    [`crate::supervise::LeaseClock::kill_by`], with room for a late wake-up), whichever first,
 //!    however the stop began (the tree must be gone before the lease could run out; renewals
 //!    go on during the grace and move the deadline). A loss never lengthens the grace, and one
 //!    found when the lease is already over ends it at once ([`Stopping::lost`]).
@@ -115,7 +116,7 @@ impl<W> Stopping<W> {
         self.lost
     }
 
-    /// One step at `now`, the lease's deadline being `deadline`: SIGKILL when due, and again
+    /// One step at `now`, the latest SIGKILL the lease allows being `deadline`: SIGKILL when due, and again
     /// every round; whether the tree is gone; "cannot be killed", once. Cuts `wake` to when the
     /// next step is due.
     pub(crate) fn step(

@@ -340,7 +340,7 @@ impl LeaseClock {
     /// frozen holder's watchdog woken 150–470 ms late at a load of 50 on 2 cores, its owner
     /// killed after the next holder had started. While stopping: [`LeaseClock::kill_by`], the
     /// SIGKILL dlock sends itself, so the command keeps its grace.
-    pub(crate) fn guard_deadline(&self, stopping: bool) -> Option<BootInstant> {
+    pub fn guard_deadline(&self, stopping: bool) -> Option<BootInstant> {
         if stopping {
             return self.kill_by();
         }
@@ -350,7 +350,7 @@ impl LeaseClock {
     /// The latest a stop's SIGKILL may come: a quarter of the loss grace before the deadline,
     /// room for a late wake-up of the killer (not the deadline itself, which a SIGTERM-ignoring
     /// command on a busy machine outlived). `None` for a lease that never runs out.
-    pub(crate) fn kill_by(&self) -> Option<BootInstant> {
+    pub fn kill_by(&self) -> Option<BootInstant> {
         self.deadline.map(|d| d - self.loss_grace / 4)
     }
 
@@ -399,7 +399,7 @@ impl LeaseClock {
             .unwrap_or_else(|| "no reply to the last renewal yet".into());
         Some((
             format!("the lease could not be renewed before it ran out ({why})"),
-            deadline - self.loss_grace / 4,
+            self.kill_by().unwrap_or(deadline),
         ))
     }
 }
@@ -450,13 +450,13 @@ pub fn supervise(
     let mut status: Option<ExitStatus> = None;
     let mut last_renew_error: Option<String> = None;
     let mut tree = CommandTree(child);
-    // What the guardian was told at its start (see `LeaseClock::guard_deadline`).
-    let mut guard_told = lease.guard_deadline(false);
+    // What the guardian was told last (`LeaseClock::guard_deadline`): told again on the first
+    // pass, whatever its start was given, and until a message is written.
+    let mut guard_told = None;
     loop {
         let want = lease.guard_deadline(stopping.is_some());
-        if want != guard_told {
-            child.guardian.set_deadline(want);
-            guard_told = want;
+        if guard_told != Some(want) && child.guardian.set_deadline(want) {
+            guard_told = Some(want);
         }
         let now = BootInstant::now();
         let mut wake = Duration::from_secs(1);

@@ -1,6 +1,6 @@
 //! The guardian process itself (see the module above): it starts the command, reaps everything
-//! below it, reports to dlock, and kills the whole tree when dlock dies or the lease deadline
-//! passes.
+//! below it, reports to dlock, and kills the whole tree when dlock dies or its deadline (before
+//! the lease's) passes.
 //!
 //! Until it has detached ([`super::DETACH_AFTER`]) this code runs in dlock's memory with the C
 //! library's thread state of dlock's main thread, which keeps running. So, from the moment it
@@ -58,7 +58,8 @@ struct Guard {
     /// The command, and its wait status once reaped.
     child: i32,
     status: Option<i32>,
-    /// The lease deadline on CLOCK_BOOTTIME, in ns (0: none).
+    /// When to kill the tree by itself, on CLOCK_BOOTTIME, in ns (0: never): before the lease's
+    /// deadline (`LeaseClock::guard_deadline`).
     deadline_ns: u64,
     /// When to execute itself anew (0: done, or failed: do not try again).
     detach_at_ns: u64,

@@ -353,16 +353,17 @@ impl Guardian {
 
     /// Tells the guardian when to kill the tree by itself
     /// ([`crate::supervise::LeaseClock::guard_deadline`]: before the lease's deadline).
-    pub(crate) fn set_deadline(&self, deadline: Option<BootInstant>) {
-        self.tell(to_guard::DEADLINE, deadline.map_or(0, ns));
+    /// Whether it was written: one that was not is to be sent again.
+    pub(crate) fn set_deadline(&self, deadline: Option<BootInstant>) -> bool {
+        self.tell(to_guard::DEADLINE, deadline.map_or(0, ns))
     }
 
     /// Best effort: a guardian that is gone (EPIPE) or stopped with a full pipe (EAGAIN) misses
     /// it. dlock's own deadline and signal handling do not depend on a deadline or a signal
     /// message; a kill message is repeated every kill round (and dlock sends the guardian
     /// SIGCONT each time), so one that is missed is sent again.
-    fn tell(&self, tag: u8, value: u64) {
-        let _ = raw::write(self.to_guard.as_raw_fd(), &encode(tag, value));
+    fn tell(&self, tag: u8, value: u64) -> bool {
+        raw::write(self.to_guard.as_raw_fd(), &encode(tag, value)) == Ok(MESSAGE)
     }
 
     /// Everything the guardian reported since the last call, in order. Never blocks.

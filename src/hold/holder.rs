@@ -2,7 +2,8 @@
 //! then keeps the lease (the same keeper as `dlock run`) until `dlock release` asks for it back
 //! or the owner exits. When the lease is lost — or must be given up (`--max-hold`, a signal to
 //! the holder) — the owner's process group is stopped first: SIGTERM now, SIGKILL at the end of
-//! the grace or at the lease deadline, whichever is first, so it is gone before anyone else can
+//! the grace or a quarter of the grace before the lease deadline, whichever is first (see
+//! [`crate::supervise::LeaseClock::kill_by`]), so it is gone before anyone else can
 //! hold the lock. Why it ended is kept for `release` (the end file, see [`super::handle`]).
 //!
 //! Everything here runs on the main thread but the watcher (`watcher.rs`), which only turns the
@@ -386,7 +387,7 @@ impl Holding<'_> {
                         wake = wake.min(at.saturating_duration_since(now));
                     }
                 }
-                // The stopper's rule: SIGKILL at the grace's end or the lease's deadline, again
+                // The stopper's rule: SIGKILL at the grace's end or by the lease's deadline, again
                 // every round; never let the lock go over what is left (the holder's descriptors
                 // and sessions hold it, and a lease is renewed while it is ours), said once.
                 Some(s) => {
@@ -517,8 +518,8 @@ impl Holding<'_> {
     }
 
     /// Looks whether the watchdog still runs: one that died is replaced (the lock is not lost,
-    /// and the owner is protected again at once); one that ended because the lease deadline
-    /// passed (the holder frozen past it) killed the owner: the lease is lost.
+    /// and the owner is protected again at once); one that ended because its deadline passed
+    /// (the holder frozen past it) killed the owner: the lease is given up as lost.
     fn check_watchdog(&mut self, deadline: Option<BootInstant>) {
         let Some(w) = &mut self.watchdog else { return };
         match w.check(deadline) {

@@ -10,8 +10,8 @@
 //! A `kill -9` (or an OOM kill) of the holder used to free a file lock or a MySQL/PostgreSQL
 //! session at once, and let a TTL lease lapse, while the owner's script and what it started
 //! ran on. Now the watchdog holds duplicates of the lock's descriptors and connections, so the
-//! lock cannot end before it does. It sees the end of the holder's pipe (or its lease deadline
-//! pass without a renewal), SIGKILLs the owner and the owner's process group (the group only
+//! lock cannot end before it does. It sees the end of the holder's pipe (or its deadline pass
+//! without a renewal: `LeaseClock::guard_deadline`, before the lease's), SIGKILLs the owner and the owner's process group (the group only
 //! under the rule of `owner.rs`, "Process groups") until none of them runs, and only then
 //! exits. On every clean end — `release`, the owner's exit, a loss the holder handled — the
 //! holder dismisses it first ([`Watchdog::dismiss`]: a SIGKILL, so it exits touching nothing
@@ -41,8 +41,8 @@ pub(super) enum Check {
     Fine,
     /// It died and a new one took its place: (old pid, how it ended, new pid).
     Replaced(libc::pid_t, std::process::ExitStatus, libc::pid_t),
-    /// The lease deadline passed without a renewal: it killed the owner and its group, and
-    /// exited. The lease is lost.
+    /// Its deadline passed without a renewal: it killed the owner and its group, and exited.
+    /// The lease is given up as lost.
     DeadlinePassed,
     /// It died and no new one could be started.
     Gone(io::Error),
@@ -84,8 +84,9 @@ impl Watchdog {
     /// Tells it when to kill by itself ([`crate::supervise::LeaseClock::guard_deadline`]), if
     /// that changed.
     pub(super) fn set_deadline(&mut self, deadline: Option<BootInstant>) {
-        if let Some(g) = self.guardian.as_ref().filter(|_| deadline != self.told) {
-            g.set_deadline(deadline);
+        if let Some(g) = self.guardian.as_ref().filter(|_| deadline != self.told)
+            && g.set_deadline(deadline)
+        {
             self.told = deadline;
         }
     }
