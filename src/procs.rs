@@ -251,6 +251,39 @@ mod tests {
         assert!(other.has_exited(), "another start time is another process");
     }
 
+    /// `descendants_but` leaves out one process and what is below it, and nothing else (an
+    /// acquire holder and its watchdog below the owner).
+    #[test]
+    fn descendants_but_leaves_out_a_subtree() {
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "sh -c 'sleep 30 & wait' & sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let root = sh.id() as libc::pid_t;
+        let mut all = Vec::new();
+        for _ in 0..2000 {
+            all = descendants(root);
+            if all.len() >= 3 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(all.len(), 3, "sh, its sleep, and the other sleep: {all:?}");
+        let inner = children(root)
+            .into_iter()
+            .find(|p| !children(p.pid).is_empty())
+            .expect("the inner sh, with its sleep");
+        let left = descendants_but(root, inner.pid);
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(children(inner.pid).iter().all(|p| !left.contains(p)));
+        assert!(!left.contains(&inner));
+        let _ = sh.kill();
+        for p in &all {
+            p.signal(&[libc::SIGKILL]);
+        }
+        let _ = sh.wait();
+    }
+
     fn wait_until_zombie(pid: libc::pid_t) {
         for _ in 0..2000 {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

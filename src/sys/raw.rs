@@ -372,9 +372,9 @@ unsafe extern "C" {
 /// The most arguments [`execve_keeping_environment`] passes.
 pub(crate) const MAX_EXEC_ARGS: usize = 31;
 
-/// The most environment entries [`execve_keeping_environment`] sorts; a larger environment is
-/// passed whole (8 KiB of the caller's stack).
-const MAX_EXEC_ENV: usize = 1024;
+/// The most environment entries [`execve_keeping_environment`] filters; a larger environment is
+/// passed whole (32 KiB of the caller's stack, a guardian's 256 KiB).
+const MAX_EXEC_ENV: usize = 4096;
 
 /// `execve(path, args, env)`: executes `path` with the arguments `args` (at most
 /// [`MAX_EXEC_ARGS`], else `E2BIG`) and this process's environment less the variables named in
@@ -398,9 +398,12 @@ pub(crate) fn execve_keeping_environment(
     let mut kept = [std::ptr::null::<libc::c_char>(); MAX_EXEC_ENV + 1];
     let mut count = 0usize;
     let mut envp = kept.as_ptr();
-    for i in 0.. {
+    let mut i = 0usize;
+    // An environment cleared (`clearenv`) is NULL: passed so, an empty one.
+    while !whole.is_null() {
         // SAFETY: as above: every entry up to and including the NULL may be read.
         let entry = unsafe { *whole.wrapping_add(i) };
+        i = i.wrapping_add(1);
         if entry.is_null() {
             break;
         }
@@ -438,12 +441,12 @@ pub(crate) fn execve_keeping_environment(
 }
 
 /// Whether the environment entry `entry` (`NAME=value`, NUL-terminated) is of the variable
-/// `name`; reads no further than its NUL (no C library: see [`execve_keeping_environment`]'s
-/// callers).
+/// `name` (which has no NUL); reads no further than its NUL (no C library: see
+/// [`execve_keeping_environment`]'s callers).
 fn names(entry: *const libc::c_char, name: &[u8]) -> bool {
     for (i, &want) in name.iter().chain(b"=").enumerate() {
-        // SAFETY: the bytes before this one matched `name`, none of which is NUL, so the
-        // string's NUL has not been passed.
+        // SAFETY: the bytes before this one matched `name` or `=`, none of which is NUL (a
+        // `name` has none), so the string's NUL has not been passed.
         if unsafe { *entry.wrapping_add(i) } as u8 != want {
             return false;
         }
