@@ -160,10 +160,13 @@ fn run_keeps_the_lock_while_a_process_it_cannot_kill_lives() {
         "300ms",
     ])
     .args(["--", "sh", "-c"])
+    // The command exits once the program has become root (its pid file written): a SIGTERM
+    // to the leftovers before that (between the fork and the program's setuid) killed it while
+    // it could still be killed, and the test waited for a file that never came (CI, once).
     .arg(format!(
-        "{} {} & exit 0",
-        program.display(),
-        pid_file.display()
+        "{p} {f} & i=0; while [ ! -s {f} ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; exit 0",
+        p = program.display(),
+        f = pid_file.display()
     ))
     .current_dir("/")
     .uid(65534)
