@@ -450,14 +450,11 @@ pub fn supervise(
     let mut status: Option<ExitStatus> = None;
     let mut last_renew_error: Option<String> = None;
     let mut tree = CommandTree(child);
-    // What the guardian was told last (`LeaseClock::guard_deadline`): told again on the first
-    // pass, whatever its start was given, and until a message is written.
-    let mut guard_told = None;
     loop {
-        let want = lease.guard_deadline(stopping.is_some());
-        if guard_told != Some(want) && child.guardian.set_deadline(want) {
-            guard_told = Some(want);
-        }
+        // When the guardian kills by itself (`LeaseClock::guard_deadline`); sent when it moved.
+        child
+            .guardian
+            .set_deadline(lease.guard_deadline(stopping.is_some()));
         let now = BootInstant::now();
         let mut wake = Duration::from_secs(1);
         // The keeper starts when the first renewal is due, also while stopping: the lock is held

@@ -16,8 +16,9 @@
 //! last process is reaped, and only then exits — releasing the descriptors. A lock with a TTL
 //! runs out on the server some time later; the tree is long gone by then. The guardian also
 //! holds a deadline before the lease's and kills the tree by itself when it passes (dlock
-//! frozen by SIGSTOP or starved). If the guardian is killed instead, the command dies of its PDEATHSIG, the orphans
-//! come to dlock (a subreaper too), and dlock kills them before it releases.
+//! frozen by SIGSTOP or starved). If the guardian is killed instead, the command dies of its
+//! PDEATHSIG, the orphans come to dlock (a subreaper too), and dlock kills them before it
+//! releases.
 //!
 //! **Cost.** The guardian shares dlock's memory (`clone(CLONE_VM)`, [`crate::sys::clone_vm`]: a
 //! `fork()` copies page tables: +0.45 ms per run here, this +0.05–0.1 ms), which means it runs with the
@@ -132,6 +133,9 @@ pub(crate) struct Guardian {
     command: Option<libc::pid_t>,
     to_guard: OwnedFd,
     from_guard: OwnedFd,
+    /// The deadline it was last told (as sent: ns, 0 for none), from its start on: the same
+    /// one is not sent again, one that could not be written is.
+    told_ns: std::sync::atomic::AtomicU64,
 }
 
 /// What a watchdog watches (a guardian in "watch" mode, started by `dlock acquire`'s holder
@@ -305,6 +309,7 @@ impl Guardian {
             command: None,
             to_guard,
             from_guard,
+            told_ns: std::sync::atomic::AtomicU64::new(deadline.map_or(0, ns)),
         };
         if watching {
             return Ok((g, Some((from_guard::STARTED, 0))));
@@ -352,10 +357,15 @@ impl Guardian {
     }
 
     /// Tells the guardian when to kill the tree by itself
-    /// ([`crate::supervise::LeaseClock::guard_deadline`]: before the lease's deadline).
-    /// Whether it was written: one that was not is to be sent again.
-    pub(crate) fn set_deadline(&self, deadline: Option<BootInstant>) -> bool {
-        self.tell(to_guard::DEADLINE, deadline.map_or(0, ns))
+    /// ([`crate::supervise::LeaseClock::guard_deadline`]: before the lease's deadline), if
+    /// that is not what it was told last; call again after every change (and a write that
+    /// failed is tried again then).
+    pub(crate) fn set_deadline(&self, deadline: Option<BootInstant>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let v = deadline.map_or(0, ns);
+        if self.told_ns.load(Relaxed) != v && self.tell(to_guard::DEADLINE, v) {
+            self.told_ns.store(v, Relaxed);
+        }
     }
 
     /// Best effort: a guardian that is gone (EPIPE) or stopped with a full pipe (EAGAIN) misses

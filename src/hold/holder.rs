@@ -356,7 +356,7 @@ impl Holding<'_> {
             // room for its own late wake-up; while stopping, at the stop's latest SIGKILL.
             let guard = clock.lease.guard_deadline(self.stop.is_some());
             self.check_watchdog(guard);
-            if let Some(w) = &mut self.watchdog {
+            if let Some(w) = &self.watchdog {
                 w.set_deadline(guard);
             }
             let now = BootInstant::now();

@@ -11,10 +11,10 @@
 //! session at once, and let a TTL lease lapse, while the owner's script and what it started
 //! ran on. Now the watchdog holds duplicates of the lock's descriptors and connections, so the
 //! lock cannot end before it does. It sees the end of the holder's pipe (or its deadline pass
-//! without a renewal: `LeaseClock::guard_deadline`, before the lease's), SIGKILLs the owner and the owner's process group (the group only
-//! under the rule of `owner.rs`, "Process groups") until none of them runs, and only then
-//! exits. On every clean end — `release`, the owner's exit, a loss the holder handled — the
-//! holder dismisses it first ([`Watchdog::dismiss`]: a SIGKILL, so it exits touching nothing
+//! without a renewal: `LeaseClock::guard_deadline`, before the lease's), SIGKILLs the owner
+//! and the owner's process group (the group only under the rule of `owner.rs`, "Process
+//! groups") until none of them runs, and only then exits. On every clean end — `release`,
+//! the owner's exit, a loss the holder handled — the holder dismisses it first ([`Watchdog::dismiss`]: a SIGKILL, so it exits touching nothing
 //! and nothing can keep it running; it is reaped once the release is done, before `release`
 //! hears of it, so its copies never outlive one).
 //!
@@ -52,8 +52,6 @@ pub(super) enum Check {
 pub(super) struct Watchdog {
     guardian: Option<Guardian>,
     watch: Watch,
-    /// The deadline it was told last.
-    told: Option<BootInstant>,
     /// Told of a clean end: not replaced if it exits.
     dismissed: bool,
 }
@@ -76,18 +74,15 @@ impl Watchdog {
         Ok(Watchdog {
             guardian: Some(guardian),
             watch,
-            told: deadline,
             dismissed: false,
         })
     }
 
     /// Tells it when to kill by itself ([`crate::supervise::LeaseClock::guard_deadline`]), if
     /// that changed.
-    pub(super) fn set_deadline(&mut self, deadline: Option<BootInstant>) {
-        if let Some(g) = self.guardian.as_ref().filter(|_| deadline != self.told)
-            && g.set_deadline(deadline)
-        {
-            self.told = deadline;
+    pub(super) fn set_deadline(&self, deadline: Option<BootInstant>) {
+        if let Some(g) = &self.guardian {
+            g.set_deadline(deadline);
         }
     }
 
@@ -115,7 +110,6 @@ impl Watchdog {
             Ok(g) => {
                 let new = g.pid();
                 self.guardian = Some(g);
-                self.told = deadline;
                 Check::Replaced(old, status, new)
             }
             Err(e) => Check::Gone(e),
