@@ -3,7 +3,8 @@
 //! at it. At the deadline it had only the drift margin (32 ms at `--ttl 3s`), and the long fault
 //! campaign saw a frozen holder's watchdog woken 150–470 ms late on a busy machine: the owner
 //! ran on after the next holder had started. Measured against the server: what Redis says is
-//! left of the lease the moment the killed process is seen gone.
+//! left of the lease the moment the killed process is seen gone. Also on a kernel without
+//! pidfds (simulated: `kernel.rs`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -57,20 +58,42 @@ fn lease_left_when_gone(url: &str, key: &str, pid: i32) -> i64 {
     left
 }
 
-/// A backend whose guardian has a loss grace of 1 s (`--ttl 3s`).
-fn redis_3s() -> Option<(TestBackend, String)> {
+/// Redis with a loss grace of 1 s (`--ttl 3s`), dlock on `kernel`.
+fn redis_3s(kernel: Kernel) -> Option<(TestBackend, String)> {
     let url = shared_redis()?;
-    let mut b = TestBackend::redis(&url);
+    let mut b = TestBackend::redis(&url).on(kernel);
     b.ttl = Duration::from_secs(3);
     Some((b, url))
+}
+
+#[test]
+fn a_frozen_dlocks_guardian_kills_with_room_before_the_lease_runs_out() {
+    frozen_dlock(Kernel::Today);
+}
+
+/// Without pidfds (RHEL 8, Amazon Linux 2): the guardian kills round after round.
+#[test]
+fn a_frozen_dlocks_guardian_kills_with_room_on_a_kernel_without_pidfds() {
+    frozen_dlock(Kernel::Linux5_0);
+}
+
+#[test]
+fn a_frozen_holders_watchdog_kills_with_room_before_the_lease_runs_out() {
+    frozen_holder(Kernel::Today);
+}
+
+#[test]
+fn a_frozen_holders_watchdog_kills_with_room_on_a_kernel_without_pidfds() {
+    frozen_holder(Kernel::Linux5_0);
 }
 
 /// `dlock run` frozen (SIGSTOP) while its SIGTERM-ignoring command runs: the guardian kills
 /// the command with more than `LEFT_AT_LEAST_MS` of the lease left on the server; continued,
 /// dlock exits 79.
-#[test]
-fn a_frozen_dlocks_guardian_kills_with_room_before_the_lease_runs_out() {
-    let Some((b, url)) = redis_3s() else { return };
+fn frozen_dlock(kernel: Kernel) {
+    let Some((b, url)) = redis_3s(kernel) else {
+        return;
+    };
     let key = unique_key("room-run");
     let dir = scratch("room-run");
     let pidfile = dir.join("pid");
@@ -95,9 +118,10 @@ fn a_frozen_dlocks_guardian_kills_with_room_before_the_lease_runs_out() {
 
 /// An acquire holder frozen (SIGSTOP): its watchdog kills the owner's group, a SIGTERM-ignoring
 /// child included, with more than `LEFT_AT_LEAST_MS` of the lease left on the server.
-#[test]
-fn a_frozen_holders_watchdog_kills_with_room_before_the_lease_runs_out() {
-    let Some((b, url)) = redis_3s() else { return };
+fn frozen_holder(kernel: Kernel) {
+    let Some((b, url)) = redis_3s(kernel) else {
+        return;
+    };
     let key = unique_key("room-acquire");
     let dir = scratch("room-acquire");
     let pidfile = dir.join("child");
