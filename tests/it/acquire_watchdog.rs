@@ -263,23 +263,14 @@ mod mysql {
 /// fault campaign's libfaketime did there (its shared memory gone with the process that made
 /// it, an `acquire` caller that had exited).
 fn preload_that_fails_in_a_guardian(dir: &Path) -> std::path::PathBuf {
-    let src = dir.join("fail_in_guardian.c");
-    let lib = dir.join("fail_in_guardian.so");
-    std::fs::write(
-        &src,
+    compile_c(
+        dir,
+        "fail_in_guardian.so",
         "#define _GNU_SOURCE\n#include <errno.h>\n#include <string.h>\n#include <unistd.h>\n\
          __attribute__((constructor)) static void fail(void) {\n\
          if (strcmp(program_invocation_short_name, \"d-lock-guard\") == 0) _exit(1);\n}\n",
+        &["-shared", "-fPIC"],
     )
-    .unwrap();
-    run_ok(std::process::Command::new("cc").args([
-        "-shared".as_ref(),
-        "-fPIC".as_ref(),
-        "-o".as_ref(),
-        lib.as_os_str(),
-        src.as_os_str(),
-    ]));
-    lib
 }
 
 /// `LD_PRELOAD` of a library that cannot start in a guardian executing dlock anew: the guardian

@@ -13,9 +13,9 @@ use crate::util::*;
 /// `sudo` does), writes its pid to the file named by its argument and sleeps: once started by
 /// another user, that user can no longer signal it. Built with the system's C compiler.
 fn become_root_program(dir: &Path) -> PathBuf {
-    let src = dir.join("become-root.c");
-    std::fs::write(
-        &src,
+    let bin = compile_c(
+        dir,
+        "become-root",
         r#"#include <stdio.h>
 #include <unistd.h>
 int main(int argc, char **argv) {
@@ -27,16 +27,8 @@ int main(int argc, char **argv) {
     for (;;) pause();
 }
 "#,
-    )
-    .unwrap();
-    let bin = dir.join("become-root");
-    let built = Command::new("cc")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("cc");
-    assert!(built.success(), "cc failed");
+        &[],
+    );
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o4755)).unwrap();
     bin
 }

@@ -383,6 +383,16 @@ pub(crate) fn run_ok(cmd: &mut Command) -> Output {
     run_code(cmd, 0)
 }
 
+/// Builds the C program (or, with `-shared -fPIC` in `flags`, library) `source` as `dir/name`
+/// with the machine's `cc`.
+pub(crate) fn compile_c(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    let out = dir.join(name);
+    let src = out.with_extension("c");
+    std::fs::write(&src, source).unwrap();
+    run_ok(Command::new("cc").args(flags).arg("-o").arg(&out).arg(&src));
+    out
+}
+
 /// Asserts that stderr is exactly one `dlock: ` line without a panic, and returns it.
 #[track_caller]
 pub(crate) fn one_error_line(out: &Output) -> String {
