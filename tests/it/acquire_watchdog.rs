@@ -37,7 +37,7 @@ pub(crate) enum Shape {
 }
 
 /// Starts an owner whose background child ignores SIGTERM: (owner, the child's pid).
-fn owner_with_stubborn_child(
+pub(crate) fn owner_with_stubborn_child(
     b: &TestBackend,
     key: &str,
     dir: &Path,

@@ -124,15 +124,12 @@ fn frozen_holder(kernel: Kernel) {
     };
     let key = unique_key("room-acquire");
     let dir = scratch("room-acquire");
-    let pidfile = dir.join("child");
-    let tail = format!(
-        "sh -c 'trap \"\" TERM; echo $$ > {}; while :; do sleep 0.1; done' & wait",
-        pidfile.display()
+    let (o, child) = crate::acquire_watchdog::owner_with_stubborn_child(
+        &b,
+        &key,
+        &dir,
+        crate::acquire_watchdog::Shape::OwnGroup,
     );
-    let o = crate::acquire::start_owner(&b, &["-k", &key], &tail);
-    let child: i32 = wait_for_file(&pidfile, Duration::from_secs(5))
-        .parse()
-        .unwrap();
     // SAFETY: kill takes two integers; `o.holder` is the live holder of this test's lock.
     unsafe { libc::kill(o.holder, libc::SIGSTOP) };
     let left = lease_left_when_gone(&url, &key, child);
