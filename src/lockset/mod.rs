@@ -594,7 +594,12 @@ impl Lease for LeaseSet {
                 Ok(crate::backend::Begun::Started) => begun = crate::backend::Begun::Started,
                 Ok(skip @ crate::backend::Begun::Skip { .. }) => return Ok(skip),
                 Err(e) if once_per.is_some() => return Err(e.context(format!("'{key}'"))),
-                Err(e) => failed.push(e.context(format!("'{key}'"))),
+                // As for a single lease (`confirm_held`, session/runlog.rs): a part whose
+                // history failed is renewed once; one that cannot be fails the whole set's start.
+                Err(e) => match lease.renew() {
+                    Ok(()) => failed.push(e.context(format!("'{key}'"))),
+                    Err(_) => return Err(e.context(format!("'{key}'"))),
+                },
             }
         }
         match begun {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::backend::{Backend, Lease};
+use crate::backend::{Backend, Lease, RenewError};
 use crate::history::{
     Begun, Ending, MAX_EVENT_BYTES, Opening, RunEvent, new_run_id, show, start_body,
 };
@@ -21,6 +21,30 @@ pub(crate) struct RunLog {
 pub(crate) enum NotBegun {
     Skipped(String),
     Failed(anyhow::Error),
+}
+
+/// After a failed history write (`why`): whether the command may run anyway. A backend that
+/// writes the history on the lock's own connection (MySQL, PostgreSQL) fails that write when the
+/// connection is gone — and a session lock goes with its connection, to the next holder. So the
+/// lease is confirmed with one renewal first (a round trip, only on this failure path): if it
+/// cannot be, the run does not start ([`NotBegun::Failed`]); if it is, the failure is a warning.
+fn confirm_held(lease: &mut dyn Lease, why: anyhow::Error) -> Result<(), NotBegun> {
+    match lease.renew() {
+        Ok(()) => {
+            report::warn(format_args!(
+                "cannot record the run in the history (the command runs anyway; --no-history switches it off): {why:#}"
+            ));
+            Ok(())
+        }
+        Err(RenewError::Lost(lost)) => Err(NotBegun::Failed(anyhow::anyhow!(
+            "the lock was lost before the command could start: {lost} (the history's start \
+             could not be written either: {why:#})"
+        ))),
+        Err(RenewError::Failed(e)) => Err(NotBegun::Failed(e.context(format!(
+            "the lock could not be confirmed after its history's start failed ({why:#}); \
+             the command was not started"
+        )))),
+    }
 }
 
 impl RunLog {
@@ -70,9 +94,7 @@ impl RunLog {
                 e.context("cannot check the run history for --once-per"),
             )),
             Err(e) => {
-                report::warn(format_args!(
-                    "cannot record the run in the history (the command runs anyway; --no-history switches it off): {e:#}"
-                ));
+                confirm_held(lease, e)?;
                 Ok(None)
             }
         }

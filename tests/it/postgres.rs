@@ -203,6 +203,46 @@ fn history_without_the_privilege_to_create_its_table_is_a_warning() {
     assert!(crate::history::log_json(&b, &key, 5).is_empty());
 }
 
+/// A start that cannot be written because the lock's own session died (here a trigger ends its
+/// backend on the insert) means the session lock went with it, to whoever asks next: the command
+/// must not run. (It used to: the failure was a warning, and the command ran with its lock gone
+/// — the fault campaign caught a MySQL run so, beside the next holder's.) Two keys: one key's
+/// start rides in the lock's own statement, whose failure fails the acquire instead.
+#[test]
+fn a_start_lost_with_its_session_does_not_run_the_command() {
+    let Some(pg) = shared_postgres() else { return };
+    let db = unique_key("hdie").replace(['-', '.'], "_").to_lowercase();
+    pg.sql(&format!("CREATE DATABASE {db}"));
+    let b = TestBackend::postgres(&format!("postgres://postgres@127.0.0.1:{}/{db}", pg.port));
+    let (doomed, other) = (unique_key("doomed"), unique_key("other"));
+    // The tables, then a trigger that ends the session inserting `doomed`'s start.
+    run_ok(&mut b.run(&other, &[], &["true"]));
+    let out = pg
+        .psql()
+        .args(["-d", &db, "-v", "ON_ERROR_STOP=1", "-c"])
+        .arg(format!(
+            "CREATE FUNCTION die() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+               IF NEW.key = '{doomed}' AND NEW.kind = 'start' THEN \
+                 PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NEW; END $$; \
+             CREATE TRIGGER die BEFORE INSERT ON dlock_runs FOR EACH ROW EXECUTE FUNCTION die()"
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let ran = scratch("hdie").join("ran");
+    let out = output(&mut b.run(&doomed, &["-k", &other], &["touch", ran.to_str().unwrap()]));
+    assert!(!ran.exists(), "the command ran: {}", describe(&out));
+    assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
+    // The error first (the release of the dead session may add a warning after it).
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines().next().is_some_and(|l| l.starts_with("dlock: ")
+            && l.contains("the lock was lost before the command could start")),
+        "{}",
+        describe(&out)
+    );
+}
+
 /// The advisory key dlock takes for a key, as `dlock status --json` shows it.
 pub(crate) fn advisory_id(b: &TestBackend, key: &str) -> i64 {
     let s = b.status(key);
