@@ -9,13 +9,13 @@
 //!
 //! A `kill -9` (or an OOM kill) of the holder used to free a file lock or a MySQL/PostgreSQL
 //! session at once, and let a TTL lease lapse, while the owner's script and what it started
-//! ran on. Now the watchdog holds duplicates of the lock's descriptors and connections, so the
-//! lock cannot end before it does. It sees the end of the holder's pipe (or its deadline pass
-//! without a renewal: `LeaseClock::guard_deadline`, before the lease's), SIGKILLs the owner
-//! and the owner's process group (the group only under the rule of `owner.rs`, "Process
-//! groups") until none of them runs, and only then exits. On every clean end — `release`,
-//! the owner's exit, a loss the holder handled — the holder dismisses it first ([`Watchdog::dismiss`]: a SIGKILL, so it exits touching nothing
-//! and nothing can keep it running; it is reaped once the release is done, before `release`
+//! ran on. Now the watchdog holds duplicates of the lock's descriptors and connections, so the lock
+//! cannot end before it does. It sees the end of the holder's pipe (or its deadline pass without a
+//! renewal: `LeaseClock::guard_deadline`, before the lease's), SIGKILLs the owner and the owner's
+//! process group (the group only under the rule of `owner.rs`, "Process groups") until none of them
+//! runs, and only then exits. On every clean end — `release`, the owner's exit, a loss the holder
+//! handled — the holder dismisses it first ([`Watchdog::dismiss`]: a SIGKILL, so it exits touching
+//! nothing and nothing can keep it running; it is reaped once the release is done, before `release`
 //! hears of it, so its copies never outlive one).
 //!
 //! What it kills is the owner, every process descended from it, whatever its group or session

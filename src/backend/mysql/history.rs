@@ -34,7 +34,8 @@ use crate::signals::HardStop;
 /// so that the other runs' transactions delete nothing: a prune scans the key's newest
 /// [`MAX_EVENTS`] index entries and deletes two rows, ~0.4 ms of a run on MariaDB
 /// (bench/README.md). Between two prunes a key holds at most `MAX_EVENTS + 2 * PRUNE_EVERY - 1`
-/// events (every run adds a start and an end), within the 20 past [`MAX_EVENTS`] every backend may keep.
+/// events (every run adds a start and an end), within the 20 past [`MAX_EVENTS`] every backend
+/// may keep.
 const PRUNE_EVERY: u64 = 10;
 const _: () = assert!(2 * PRUNE_EVERY as usize - 1 <= 20);
 
@@ -175,14 +176,14 @@ fn prune(con: &mut Conn, key: &Key) -> mysql::Result<()> {
     exec(con, &sql, (k.clone(), n, k, n)).map(drop)
 }
 
-/// The holder record of an exclusive run (as [`MysqlBackend::record`] writes it, `conflict`
-/// as there) and its start, in one transaction (one log flush) and one round trip: the start
-/// (`start`, its token spliced in on the server) and, on every [`PRUNE_EVERY`]th run of the key, the prune to the newest [`MAX_EVENTS`],
-/// only when no holder in another mode is there (a mismatch is refused; shared holders are
-/// waited for, after which `begin_run` writes the start). `None` when the statement failed
-/// (rolled back; the caller records the holder alone, and `begin_run` writes the start — or
-/// says why not — as it would have); else the token, the conflicting holder, the uptime and
-/// whether the start was written.
+/// The holder record of an exclusive run (as [`MysqlBackend::record`] writes it, `conflict` as
+/// there) and its start, in one transaction (one log flush) and one round trip: the start (`start`,
+/// its token spliced in on the server) and, on every [`PRUNE_EVERY`]th run of the key, the prune to
+/// the newest [`MAX_EVENTS`], only when no holder in another mode is there (a mismatch is refused;
+/// shared holders are waited for, after which `begin_run` writes the start). `None` when the
+/// statement failed (rolled back; the caller records the holder alone, and `begin_run` writes the
+/// start — or says why not — as it would have); else the token, the conflicting holder, the uptime
+/// and whether the start was written.
 pub(super) fn record_starting(
     con: &mut Conn,
     name: &str,
