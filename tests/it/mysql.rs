@@ -449,3 +449,42 @@ fn a_break_by_the_mariadb_client_stops_the_holder_as_dlock_break_does() {
         client
     });
 }
+
+/// The fault campaign's case: `dlock acquire`'s start is an insert of its own after the lock,
+/// and when it fails because the lock's connection died (here a trigger KILLs the connection
+/// inserting the start), the lock went with the connection: acquire must not answer that it
+/// holds it. Exit 69, the reason first, and nobody holds the key.
+#[test]
+fn acquire_whose_start_dies_with_its_connection_does_not_hold() {
+    let Some(m) = shared_mariadb() else { return };
+    let db = format!("hdie{}", std::process::id());
+    m.sql(&format!("CREATE DATABASE {db}"));
+    let b = TestBackend::mysql(&format!("mysql://dlock:dlock@127.0.0.1:{}/{db}", m.port));
+    run_ok(&mut b.run(&unique_key("tables"), &[], &["true"]));
+    let out = m
+        .client()
+        .args(["--delimiter=//", &db, "-e"])
+        .arg(
+            "CREATE TRIGGER die BEFORE INSERT ON dlock_runs FOR EACH ROW BEGIN \
+               IF NEW.kind = 'start' AND NEW.lock_key LIKE 'doomed%' THEN \
+                 KILL CONNECTION_ID(); END IF; END",
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let key = unique_key("doomed");
+    let out = output(
+        crate::acquire::cmd(&b, "acquire")
+            .args(["-k", &key, "--owner", "none", "--max-hold", "1m"])
+            .args(["--ttl", &format!("{}ms", b.ttl.as_millis())]),
+    );
+    assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines().next().is_some_and(|l| l.starts_with("dlock: ")
+            && l.contains("the lock was lost before the command could start")),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(b.status(&key)["held"], false, "{}", describe(&out));
+}

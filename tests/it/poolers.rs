@@ -114,6 +114,20 @@ fn session_pooling_holds_and_renews() {
     assert!(renewed >= 3, "{}", describe(&out));
 }
 
+/// Through a session pooler too, a run whose start is lost with its server session (a trigger
+/// ends the backend on the insert; PgBouncer then drops the client) does not run its command:
+/// the renewal that confirms the lock fails on the dropped connection.
+#[test]
+fn session_pooling_a_start_lost_with_its_session_does_not_run_the_command() {
+    let Some(pg) = shared_postgres() else { return };
+    let Some(p) = Pooler::pgbouncer(pg, "session", 4) else {
+        return;
+    };
+    let db = crate::postgres::doomed_start_db(pg, "pdie", "doomed");
+    let b = TestBackend::postgres(&format!("postgres://postgres@127.0.0.1:{}/{db}", p.port));
+    crate::postgres::not_run_when_its_start_dies(&b, "doomed");
+}
+
 /// A safe break through a session pooler: the holder's guarded session sees the mark (its
 /// `pg_backend_pid()` is the server session's, the pid break marks), stops its command (79), and
 /// only then lets go; `break --wait` returns once it has.

@@ -211,24 +211,37 @@ fn history_without_the_privilege_to_create_its_table_is_a_warning() {
 #[test]
 fn a_start_lost_with_its_session_does_not_run_the_command() {
     let Some(pg) = shared_postgres() else { return };
-    let db = unique_key("hdie").replace(['-', '.'], "_").to_lowercase();
+    let db = doomed_start_db(pg, "hdie", "doomed");
+    let b = TestBackend::postgres(&format!("postgres://postgres@127.0.0.1:{}/{db}", pg.port));
+    not_run_when_its_start_dies(&b, "doomed");
+}
+
+/// A new database (named after `tag`) with dlock's tables and a trigger that ends the server
+/// session inserting the start of a run of any key that begins with `doomed`.
+pub(crate) fn doomed_start_db(pg: &crate::servers::Postgres, tag: &str, doomed: &str) -> String {
+    let db = unique_key(tag).replace(['-', '.'], "_").to_lowercase();
     pg.sql(&format!("CREATE DATABASE {db}"));
     let b = TestBackend::postgres(&format!("postgres://postgres@127.0.0.1:{}/{db}", pg.port));
-    let (doomed, other) = (unique_key("doomed"), unique_key("other"));
-    // The tables, then a trigger that ends the session inserting `doomed`'s start.
-    run_ok(&mut b.run(&other, &[], &["true"]));
+    run_ok(&mut b.run(&unique_key("tables"), &[], &["true"]));
     let out = pg
         .psql()
         .args(["-d", &db, "-v", "ON_ERROR_STOP=1", "-c"])
         .arg(format!(
             "CREATE FUNCTION die() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-               IF NEW.key = '{doomed}' AND NEW.kind = 'start' THEN \
+               IF NEW.key LIKE '{doomed}%' AND NEW.kind = 'start' THEN \
                  PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NEW; END $$; \
              CREATE TRIGGER die BEFORE INSERT ON dlock_runs FOR EACH ROW EXECUTE FUNCTION die()"
         ))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", describe(&out));
+    db
+}
+
+/// On a database of [`doomed_start_db`]: a run of a `doomed` key (and another, so that the
+/// start is an insert of its own) does not run its command, exits 69, and says why first.
+pub(crate) fn not_run_when_its_start_dies(b: &TestBackend, doomed: &str) {
+    let (doomed, other) = (unique_key(doomed), unique_key("other"));
     let ran = scratch("hdie").join("ran");
     let out = output(&mut b.run(&doomed, &["-k", &other], &["touch", ran.to_str().unwrap()]));
     assert!(!ran.exists(), "the command ran: {}", describe(&out));
