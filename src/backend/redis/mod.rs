@@ -497,21 +497,31 @@ impl Backend for RedisBackend {
                 }
             }
             let w = waiter.as_mut().expect("set above");
-            let node = w.node.clone();
-            let id = w.id;
             let blocked = crate::signals::Blocked::new();
-            let unblocker = std::sync::Mutex::new(None::<Connection>);
-            let _guard = req.interrupt.on_fire(blocked.waker(move || {
-                // Runs on the signal watcher thread while this thread is blocked in BLPOP.
-                let mut c = unblocker.lock().unwrap_or_else(|e| e.into_inner());
-                if c.is_none() {
-                    *c = node.connect(Duration::from_secs(1)).ok();
+            // On the main thread the BLPOP's own read ends at a forwarded signal (the
+            // connection polls the signal descriptor too: `conn.rs`), so nothing else is
+            // needed there — and a watcher thread would cost its stop on the hand-off's path:
+            // woken, this thread waited for it to exit before sending the acquire (0.4 ms a
+            // hand-off in `bench/README.md`'s contended runs). Elsewhere (`dlock bench`'s
+            // worker) a waker on the watcher thread ends the BLPOP with CLIENT UNBLOCK.
+            let _guard = match crate::signals::interrupts_network_waits() {
+                Some(_) => None,
+                None => {
+                    let (node, id) = (w.node.clone(), w.id);
+                    let unblocker = std::sync::Mutex::new(None::<Connection>);
+                    Some(req.interrupt.on_fire(blocked.waker(move || {
+                        // Runs on the signal watcher thread while this thread is blocked in BLPOP.
+                        let mut c = unblocker.lock().unwrap_or_else(|e| e.into_inner());
+                        if c.is_none() {
+                            *c = node.connect(Duration::from_secs(1)).ok();
+                        }
+                        if let Some(c) = c.as_mut() {
+                            let _: redis::RedisResult<i64> =
+                                redis::cmd("CLIENT").arg("UNBLOCK").arg(id).query(c);
+                        }
+                    }))?)
                 }
-                if let Some(c) = c.as_mut() {
-                    let _: redis::RedisResult<i64> =
-                        redis::cmd("CLIENT").arg("UNBLOCK").arg(id).query(c);
-                }
-            }))?;
+            };
             if req.interrupt.fired().is_some() {
                 blocked.done();
                 continue; // the top of the loop cleans up
@@ -519,6 +529,9 @@ impl Backend for RedisBackend {
             let result = w.block(&keys.signal, block);
             blocked.done();
             if result.is_err() && req.interrupted().is_some() {
+                // Closed now: the server forgets the BLPOP before the clean-up's round trip, so
+                // a release meanwhile cannot pop its wake-up for nobody.
+                waiter = None;
                 continue; // the top of the loop cleans up
             }
             if let Err(e) = result {
