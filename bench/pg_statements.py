@@ -42,6 +42,18 @@ VARIANTS = {
     "the start's insert alone": "INSERT INTO dlock_runs (key, kind, at, body) VALUES ('pg-statements', 'start', now(), '{}')",
     "SELECT 1": "SELECT 1",
 }
+CLOCK = ("greatest((extract(epoch FROM clock_timestamp()) * 1000000)::bigint, (SELECT fence + 1 "
+         f"FROM dlock_fences WHERE id = {FLOOR}))")
+EXISTS = (", EXISTS (SELECT FROM dlock_holders WHERE key = 'pg-statements' "
+          "AND pid <> pg_backend_pid())")
+# What client-side trims of the record could save, and what one table's upsert costs at least.
+VARIANTS.update({
+    "record + start, EXISTS for the holders' listing": FENCE + HOLDER + START + " SELECT fence" + UPTIME + EXISTS + ", true FROM f",
+    "record + start, no clock": FENCE.replace(CLOCK, "7::bigint") + HOLDER + START + " SELECT fence" + UPTIME + OTHERS + ", true FROM f",
+    "fence upsert alone, no clock": FENCE.replace(CLOCK, "7::bigint") + " SELECT fence FROM f",
+    "fence update alone, no clock": f"UPDATE dlock_fences SET fence = fence + 1 WHERE id = {ID} RETURNING fence",
+})
+assert CLOCK in FENCE
 FIRST = f"SET idle_session_timeout = '30s'; SELECT pg_is_in_recovery(), pg_try_advisory_lock({ID})"
 DURATION = re.compile(r"duration: ([\d.]+) ms")
 
