@@ -479,12 +479,6 @@ fn acquire_whose_start_dies_with_its_connection_does_not_hold() {
             .args(["--ttl", &format!("{}ms", b.ttl.as_millis())]),
     );
     assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.lines().next().is_some_and(|l| l.starts_with("dlock: ")
-            && l.contains("the lock was lost before the command could start")),
-        "{}",
-        describe(&out)
-    );
+    first_error_says(&out, "the lock was lost before the command could start");
     assert_eq!(b.status(&key)["held"], false, "{}", describe(&out));
 }

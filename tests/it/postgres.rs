@@ -247,13 +247,7 @@ pub(crate) fn not_run_when_its_start_dies(b: &TestBackend, doomed: &str) {
     assert!(!ran.exists(), "the command ran: {}", describe(&out));
     assert_eq!(out.status.code(), Some(69), "{}", describe(&out));
     // The error first (the release of the dead session may add a warning after it).
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.lines().next().is_some_and(|l| l.starts_with("dlock: ")
-            && l.contains("the lock was lost before the command could start")),
-        "{}",
-        describe(&out)
-    );
+    first_error_says(&out, "the lock was lost before the command could start");
 }
 
 /// The advisory key dlock takes for a key, as `dlock status --json` shows it.

@@ -393,6 +393,18 @@ pub(crate) fn compile_c(dir: &Path, name: &str, source: &str, flags: &[&str]) ->
     out
 }
 
+/// Asserts that stderr's first line is dlock's error saying `text` (warnings may follow it).
+pub(crate) fn first_error_says(out: &Output, text: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines()
+            .next()
+            .is_some_and(|l| l.starts_with("dlock: ") && l.contains(text)),
+        "{}",
+        describe(out)
+    );
+}
+
 /// Asserts that stderr is exactly one `dlock: ` line without a panic, and returns it.
 #[track_caller]
 pub(crate) fn one_error_line(out: &Output) -> String {
