@@ -8,7 +8,8 @@
 //! While a backend blocks in acquire, the main thread cannot wait for signals, so a backend about
 //! to block registers a waker with [`Interrupt::on_fire`]; that starts a watcher thread that takes
 //! the signals instead, fires the interrupt and runs the wakers, for as long as a waker is
-//! registered. The child gets an empty mask and default dispositions (std resets both on spawn).
+//! registered — unless the wait is a read on dlock's own socket on the main thread, which a
+//! forwarded signal ends by itself ([`interrupts_network_waits`]). The child gets an empty mask and default dispositions (std resets both on spawn).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
@@ -169,13 +170,39 @@ const FROM_TERMINAL: i32 = 1 << 16;
 /// keeper's renewals, Redlock's parallel requests): signals are the main thread's business.
 pub(crate) fn interrupts_network_waits() -> Option<std::os::fd::BorrowedFd<'static>> {
     static FD: OnceLock<Option<std::os::fd::OwnedFd>> = OnceLock::new();
+    static WITH_USR1: OnceLock<Option<std::os::fd::OwnedFd>> = OnceLock::new();
     use std::os::fd::AsFd;
     if MAIN_THREAD.get() != Some(&Thread::current()) || GIVING_BACK.load(Ordering::SeqCst) {
         return None;
     }
-    FD.get_or_init(|| sys::signal_fd(&SigSet::of(&sets().forwarded)).ok())
+    let (fd, set) = match USR1_TOO.load(Ordering::SeqCst) {
+        true => (&WITH_USR1, &sets().watcher),
+        false => (&FD, &sets().forwarded),
+    };
+    fd.get_or_init(|| sys::signal_fd(&SigSet::of(set)).ok())
         .as_ref()
         .map(|fd| fd.as_fd())
+}
+
+/// Set while a [`WaitingForServer`] lives.
+static USR1_TOO: AtomicBool = AtomicBool::new(false);
+
+/// While this lives, network waits on the main thread also end at a SIGUSR1 (dlock forwards
+/// one that another process sent; [`WAKE`]): for a wait in the server (a Redis `BLPOP`) with no
+/// waker of its own, before any thread of this process sends the main thread wake-ups — one
+/// taken here would be one the main thread's [`wait`] never sees.
+pub(crate) struct WaitingForServer(());
+
+/// See [`WaitingForServer`].
+pub(crate) fn waiting_for_server() -> WaitingForServer {
+    USR1_TOO.store(true, Ordering::SeqCst);
+    WaitingForServer(())
+}
+
+impl Drop for WaitingForServer {
+    fn drop(&mut self) {
+        USR1_TOO.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Set while a [`GivingBack`] lives.

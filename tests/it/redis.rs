@@ -553,3 +553,39 @@ fn status_lists_every_held_lock_past_stale_keys_and_says_when_cut() {
         assert!(out.status.success(), "{}", describe(&out));
     }
 }
+
+/// A SIGUSR1 from another process (which dlock forwards, 128+10) ends a wait at once too, like
+/// Ctrl-C: the waiter's `BLPOP` read ends at it by itself. (Without that it waited out the
+/// `BLPOP`: the holder's remaining TTL, up to 5 s.)
+#[test]
+fn sigusr1_ends_a_wait_at_once() {
+    let Some(url) = shared_redis() else { return };
+    let b = TestBackend {
+        ttl: Duration::from_secs(6),
+        ..TestBackend::redis(&url)
+    };
+    let key = unique_key("usr1-wait");
+    let dir = scratch("usr1-wait");
+    let mut h = b.holding(&key, &[], &dir.join("held"));
+    let ran = dir.join("ran");
+    let w = Proc::spawn(&mut b.run(
+        &key,
+        &["--wait", "60s"],
+        &sh(&format!("echo > {}", ran.display())),
+    ));
+    wait_until_waiting(&b, &key, 1);
+    let sent = Instant::now();
+    w.signal(libc::SIGUSR1);
+    let (out, _) = w.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(138), "{}", describe(&out));
+    assert!(
+        sent.elapsed() < Duration::from_secs(1),
+        "SIGUSR1 took {:?}\n{}",
+        sent.elapsed(),
+        describe(&out)
+    );
+    h.close_stdin();
+    h.wait(Duration::from_secs(10));
+    assert!(!ran.exists(), "the interrupted waiter ran its command");
+    assert_eq!(b.status(&key)["waiters"].as_u64(), Some(0));
+}

@@ -526,7 +526,12 @@ impl Backend for RedisBackend {
                 blocked.done();
                 continue; // the top of the loop cleans up
             }
-            let result = w.block(&keys.signal, block);
+            let result = {
+                // A SIGUSR1 from another process ends it too, as the watcher's did: no thread
+                // of this process sends the main thread wake-ups before the lock is held.
+                let _usr1 = _guard.is_none().then(crate::signals::waiting_for_server);
+                w.block(&keys.signal, block)
+            };
             blocked.done();
             if result.is_err() && req.interrupted().is_some() {
                 // Closed now: the server forgets the BLPOP before the clean-up's round trip, so

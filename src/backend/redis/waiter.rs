@@ -29,7 +29,7 @@ pub(super) struct Waiter {
     pub(super) con: Connection,
     /// The server it is connected to.
     pub(super) node: Node,
-    /// `CLIENT ID` there, for `CLIENT UNBLOCK`.
+    /// `CLIENT ID` there, for `CLIENT UNBLOCK` (by a waker, for a waiter off the main thread).
     pub(super) id: i64,
 }
 
