@@ -190,18 +190,24 @@ static USR1_TOO: AtomicBool = AtomicBool::new(false);
 /// While this lives, network waits on the main thread also end at a SIGUSR1 (dlock forwards
 /// one that another process sent; [`WAKE`]): for a wait in the server (a Redis `BLPOP`) with no
 /// waker of its own, before any thread of this process sends the main thread wake-ups — one
-/// taken here would be one the main thread's [`wait`] never sees.
-pub(crate) struct WaitingForServer(());
+/// taken here would be one the main thread's [`wait`] never sees. Nothing on other threads.
+pub(crate) struct WaitingForServer(bool);
 
-/// See [`WaitingForServer`].
+/// See [`WaitingForServer`]. Take it before asking [`interrupts_network_waits`] whether a wait
+/// needs a waker: if its descriptor cannot be made, the answer is `None`, and the waker is.
 pub(crate) fn waiting_for_server() -> WaitingForServer {
-    USR1_TOO.store(true, Ordering::SeqCst);
-    WaitingForServer(())
+    let main = MAIN_THREAD.get() == Some(&Thread::current());
+    if main {
+        USR1_TOO.store(true, Ordering::SeqCst);
+    }
+    WaitingForServer(main)
 }
 
 impl Drop for WaitingForServer {
     fn drop(&mut self) {
-        USR1_TOO.store(false, Ordering::SeqCst);
+        if self.0 {
+            USR1_TOO.store(false, Ordering::SeqCst);
+        }
     }
 }
 

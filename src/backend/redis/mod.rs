@@ -504,6 +504,10 @@ impl Backend for RedisBackend {
             // woken, this thread waited for it to exit before sending the acquire (0.4 ms a
             // hand-off in `bench/README.md`'s contended runs). Elsewhere (`dlock bench`'s
             // worker) a waker on the watcher thread ends the BLPOP with CLIENT UNBLOCK.
+            // A SIGUSR1 from another process ends it too, as the watcher's did: no thread of
+            // this process sends the main thread wake-ups before the lock is held. Taken first:
+            // the descriptor asked about below is then the one the BLPOP's read polls.
+            let usr1 = crate::signals::waiting_for_server();
             let _guard = match crate::signals::interrupts_network_waits() {
                 Some(_) => None,
                 None => {
@@ -526,12 +530,8 @@ impl Backend for RedisBackend {
                 blocked.done();
                 continue; // the top of the loop cleans up
             }
-            let result = {
-                // A SIGUSR1 from another process ends it too, as the watcher's did: no thread
-                // of this process sends the main thread wake-ups before the lock is held.
-                let _usr1 = _guard.is_none().then(crate::signals::waiting_for_server);
-                w.block(&keys.signal, block)
-            };
+            let result = w.block(&keys.signal, block);
+            drop(usr1);
             blocked.done();
             if result.is_err() && req.interrupted().is_some() {
                 // Closed now: the server forgets the BLPOP before the clean-up's round trip, so
