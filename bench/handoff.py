@@ -21,9 +21,9 @@ LINE = re.compile(r"^dlock: stage (\S+) \d+ us \(at (\d+)\)$")
 
 def main():
     args = sys.argv[1:]
-    if "--" not in args or not args[0:1]:
+    cut = args.index("--") if "--" in args else 0
+    if cut == 0 or cut == 2 or cut > 3:
         sys.exit(__doc__)
-    cut = args.index("--")
     head, backend = args[:cut], args[cut + 1:]
     dlock = head[0]
     loops, runs = (int(head[1]), int(head[2])) if len(head) >= 3 else (8, 25)
