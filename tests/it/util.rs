@@ -621,10 +621,16 @@ pub(crate) fn alive(pid: i32) -> bool {
 /// Ctrl-C (SIGINT) to a waiting `dlock run`: it exits 130 within a second.
 #[track_caller]
 pub(crate) fn ctrl_c_ends_it_at_once(p: Proc) {
+    signal_ends_it_at_once(p, libc::SIGINT);
+}
+
+/// A forwarded signal `sig` to a waiting `dlock run`: it exits 128+`sig` within a second.
+#[track_caller]
+pub(crate) fn signal_ends_it_at_once(p: Proc, sig: i32) {
     let sent = Instant::now();
-    p.signal(libc::SIGINT);
+    p.signal(sig);
     let (out, _) = p.wait(Duration::from_secs(5));
-    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    assert_eq!(out.status.code(), Some(128 + sig), "{}", describe(&out));
     assert!(
         sent.elapsed() < Duration::from_secs(1),
         "interrupt took {:?}\n{}",
