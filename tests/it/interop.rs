@@ -134,11 +134,21 @@ impl Client {
         Some(c)
     }
 
-    /// Takes the lock and holds it until stdin closes; returns once it holds.
+    /// Takes the lock and holds it until stdin closes; returns once it holds. A client that
+    /// exits instead (a lost ZooKeeper connection ends Curator's acquire) fails the test with
+    /// what it said.
     fn hold(self, zk: &Zookeeper, path: &str) -> Option<Proc> {
         let marker = scratch("foreign").join("held");
-        let p = Proc::spawn(&mut self.cmd(zk, path, &["hold", marker.to_str().unwrap()])?);
-        wait_for_file(&marker, Duration::from_secs(30));
+        let mut p = Proc::spawn(&mut self.cmd(zk, path, &["hold", marker.to_str().unwrap()])?);
+        wait_until(
+            Duration::from_secs(30),
+            &format!("{self:?} to hold"),
+            || marker.exists() || p.child.try_wait().unwrap().is_some(),
+        );
+        if !marker.exists() {
+            let (out, _) = p.wait(Duration::from_secs(5));
+            panic!("{self:?} exited without holding:\n{}", describe(&out));
+        }
         Some(p)
     }
 
