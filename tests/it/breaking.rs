@@ -2,7 +2,7 @@
 //! holder and lets the lock pass on only once the holder's command has stopped; `--force`
 //! removes the lock at once.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::conformance::wait_until_waiting;
@@ -123,11 +123,13 @@ pub(crate) fn forced_break_removes_the_lock_at_once(b: &TestBackend) {
 
 /// A safe break of a lock held by several (`mode`: `--shared`, or `--limit 2` with two holders)
 /// ends every holder the same way: `status` shows each as broken while it stops (they ignore
-/// SIGTERM: only the SIGKILL after the grace ends them), both exit 79, and the waiter starts only
-/// after the last heartbeat of both when it is exclusive, or of one when it is a third slot of
-/// two (it may run beside a holder still stopping: two at once, the limit). The holders run with
-/// `--ttl 9s` (a tombstone's lease is as long): they see the break within a renewal (3 s) and stop
-/// after the grace (2 s), and the waiter starts then, before the leases could have run out.
+/// SIGTERM: only the SIGKILL after the grace ends them), both exit 79, and no waiter starts
+/// before the holder it replaces has stopped: an exclusive waiter starts after the last
+/// heartbeat of both; two waiting slots of two (which stay inside until both have started)
+/// start each after a holder's last heartbeat — the first may run beside the holder still
+/// stopping (two at once, the limit), never beside both. The holders run with `--ttl 9s` (a
+/// tombstone's lease is as long): they see the break within a renewal (3 s) and stop after the
+/// grace (2 s), and the waiters start then, before the leases could have run out.
 /// (Not in `conformance!`: a backend opts in from its file.)
 pub(crate) fn break_ends_every_holder_of_a_shared_lock(b: &TestBackend, mode: &[&str]) {
     let long = TestBackend {
@@ -137,7 +139,6 @@ pub(crate) fn break_ends_every_holder_of_a_shared_lock(b: &TestBackend, mode: &[
     let key = unique_key("break-shared");
     let dir = scratch("break-shared");
     let beats = [dir.join("beats0"), dir.join("beats1")];
-    let started = dir.join("started");
     let holders: Vec<Proc> = beats
         .iter()
         .map(|f| {
@@ -147,17 +148,24 @@ pub(crate) fn break_ends_every_holder_of_a_shared_lock(b: &TestBackend, mode: &[
             p
         })
         .collect();
-    let waiter_mode: &[&str] = if mode.contains(&"--shared") {
-        &[]
-    } else {
-        mode
-    };
-    let w = Proc::spawn(&mut long.run(
-        &key,
-        &[waiter_mode, &["--wait", "60s"]].concat(),
-        &sh(&format!("date +%s%N > {}", started.display())),
-    ));
-    wait_until_waiting(b, &key, 1);
+    let exclusive = mode.contains(&"--shared");
+    let (waiter_mode, n): (&[&str], usize) = if exclusive { (&[], 1) } else { (mode, 2) };
+    let started: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("started{i}"))).collect();
+    let mut waiters: Vec<Proc> = started
+        .iter()
+        .map(|f| {
+            let script = format!(
+                "date +%s%N > {}.tmp && mv {0}.tmp {0}; read _x || true",
+                f.display()
+            );
+            Proc::spawn(&mut long.run(
+                &key,
+                &[waiter_mode, &["--wait", "60s"]].concat(),
+                &sh(&script),
+            ))
+        })
+        .collect();
+    wait_until_waiting(b, &key, n as u64);
     let broke = Instant::now();
     let out = run_ok(b.cmd("break").args(["-k", &key]));
     let said = String::from_utf8(out.stdout).unwrap();
@@ -170,31 +178,42 @@ pub(crate) fn break_ends_every_holder_of_a_shared_lock(b: &TestBackend, mode: &[
         let (out, _) = p.wait(b.notice + Duration::from_secs(10));
         assert_eq!(out.status.code(), Some(79), "{}", describe(&out));
     }
-    let (out, _) = w.wait(Duration::from_secs(20));
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    wait_until(Duration::from_secs(20), "every waiter to start", || {
+        started.iter().all(|f| f.exists())
+    });
     assert!(
         broke.elapsed() < Duration::from_secs(8),
-        "the waiter waited for the lease, not for the holders"
+        "the waiters waited for the lease, not for the holders"
     );
-    let start: u128 = std::fs::read_to_string(&started)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    // The exclusive waiter runs alone: after the last beat of both. A third slot of two may
-    // run beside one holder still stopping (two at once, the limit), never beside both.
+    for w in &mut waiters {
+        w.close_stdin();
+    }
+    for w in waiters {
+        let (out, _) = w.wait(Duration::from_secs(20));
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    }
+    let mut starts: Vec<u128> = started
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap().trim().parse().unwrap())
+        .collect();
+    starts.sort_unstable();
     let mut lasts: Vec<u128> = beats.iter().map(|f| last_beat(f)).collect();
     lasts.sort_unstable();
-    let after = if waiter_mode.is_empty() {
-        lasts[1]
+    // Which last heartbeat each start must follow: both for the exclusive waiter, one each
+    // (in order) for the slots.
+    let after: Vec<u128> = if exclusive {
+        vec![lasts[1]]
     } else {
-        lasts[0]
+        lasts.clone()
     };
+    let since = |t: u128| t as i128 - starts[0] as i128;
     assert!(
-        start > after,
-        "the {mode:?} waiter started {} ms before {} broken holder's last heartbeat",
-        (after - start) / 1_000_000,
-        if waiter_mode.is_empty() { "a" } else { "every" }
+        starts.iter().zip(&after).all(|(s, a)| s > a),
+        "a {} waiter started before the holder it replaces had stopped: starts {:?} µs, the \
+         holders' last heartbeats {:?} µs (from the first start)",
+        if exclusive { "exclusive" } else { "slot" },
+        starts.iter().map(|&t| since(t) / 1000).collect::<Vec<_>>(),
+        lasts.iter().map(|&t| since(t) / 1000).collect::<Vec<_>>(),
     );
     assert!(b.is_free(&key));
 }
