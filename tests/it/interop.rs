@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::servers::{Zookeeper, required, shared_zookeeper};
 use crate::util::*;
@@ -135,19 +135,28 @@ impl Client {
     }
 
     /// Takes the lock and holds it until stdin closes; returns once it holds. A client that
-    /// exits instead (a lost ZooKeeper connection ends Curator's acquire) fails the test with
-    /// what it said.
+    /// exits instead (a lost ZooKeeper connection ends Curator's acquire), or does not hold
+    /// within 30 s, fails the test with what it printed (a JVM is asked for its threads' stacks
+    /// first: SIGQUIT).
     fn hold(self, zk: &Zookeeper, path: &str) -> Option<Proc> {
         let marker = scratch("foreign").join("held");
         let mut p = Proc::spawn(&mut self.cmd(zk, path, &["hold", marker.to_str().unwrap()])?);
-        wait_until(
-            Duration::from_secs(30),
-            &format!("{self:?} to hold"),
-            || marker.exists() || p.child.try_wait().unwrap().is_some(),
-        );
-        if !marker.exists() {
-            let (out, _) = p.wait(Duration::from_secs(5));
-            panic!("{self:?} exited without holding:\n{}", describe(&out));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !marker.exists() {
+            if p.child.try_wait().unwrap().is_some() {
+                let (out, _) = p.wait(Duration::from_secs(5));
+                panic!("{self:?} exited without holding:\n{}", describe(&out));
+            }
+            if Instant::now() > deadline {
+                if matches!(self, Client::Curator(_)) {
+                    p.signal(libc::SIGQUIT);
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                // Panics with the output and the process tree (the client is killed).
+                let (out, _) = p.wait(Duration::ZERO);
+                panic!("{self:?} did not hold within 30 s:\n{}", describe(&out));
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
         Some(p)
     }
