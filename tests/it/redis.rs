@@ -228,7 +228,7 @@ fn black_holed_server_fails_within_seconds() {
 }
 
 /// Credentials work from DLOCK_URL, and a wrong password is exit 69 without printing it. (A
-/// short TTL: a server of its own holds its first lock back for a TTL.)
+/// short TTL: a server up for less than the TTL and a second holds back every lock it grants.)
 #[test]
 fn password_from_the_environment_and_never_printed() {
     let Some(server) = Redis::start(&["--requirepass", "right-pw"]) else {
