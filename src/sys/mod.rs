@@ -116,6 +116,13 @@ pub(crate) fn pid_namespace() -> Option<u64> {
     text.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
 }
 
+/// The size of a memory page (the kernel's `seq_file` buffers start at one), in bytes; 4096
+/// if the system does not say.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf takes a constant and has no other effect.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+}
+
 /// The effective user id.
 pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid takes no arguments and cannot fail.
