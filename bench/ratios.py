@@ -174,7 +174,7 @@ def main():
         built, dlock = dlock, f"{d}/dlock"
         shutil.copy2(built, dlock)
         fl = [flock, f"{d}/flockfile", true]
-        print(f"bench/ratios.py: {built} (a copy), interleaved medians, ratios to `flock FILE true`")
+        print(f"bench/ratios.py: a copy of {built}, interleaved medians, ratios to `flock FILE true`")
 
         def versus_flock(name, url, n):
             # A short TTL: a server younger than the TTL holds the lock back (docs/design.md,

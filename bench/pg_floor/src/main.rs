@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 
 /// The lock's statement and the unlock's for MODE: `lock`, then any of `+fence` (a per-key
 /// counter bumped and returned) or `+seq` (a token from one sequence instead), `+holder` (a
-/// holder row upserted), `+runs` (a start inserted with the lock and an end with the unlock, in
+/// holder row upserted with the lock and deleted with the unlock), `+runs` (a start inserted with the lock and an end with the unlock, in
 /// a table shaped as dlock's history: an identity primary key and a `(key, id)` index) or
 /// `+heap` (the same in a table with no index at all).
 fn statements(mode: &str) -> (String, String) {
@@ -34,11 +34,17 @@ fn statements(mode: &str) -> (String, String) {
                 fence = "(SELECT fence FROM f)".to_owned();
             }
             "seq" => fence = "nextval('floor_seq')".to_owned(),
-            "holder" => ctes.push(
-                "h AS (INSERT INTO floor_holders VALUES (pg_backend_pid(), 4242, 'x') \
+            "holder" => {
+                // dlock's release removes its holder record with the unlock.
+                ends.push(
+                    "h AS (DELETE FROM floor_holders WHERE pid = pg_backend_pid())".to_owned(),
+                );
+                ctes.push(
+                    "h AS (INSERT INTO floor_holders VALUES (pg_backend_pid(), 4242, 'x') \
                 ON CONFLICT (pid) DO UPDATE SET holder = EXCLUDED.holder)"
-                    .to_owned(),
-            ),
+                        .to_owned(),
+                );
+            }
             "runs" | "heap" => {
                 let table = format!("floor_{part}");
                 for (kind, into) in [("start", &mut ctes), ("end", &mut ends)] {
@@ -119,7 +125,14 @@ async fn run(args: &[String]) -> ExitCode {
         statements(mode)
     };
     let work = async {
-        client.simple_query(&lock).await.expect("lock");
+        let rows = client.simple_query(&lock).await.expect("lock");
+        if mode != "setup" {
+            let got = rows.iter().find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            });
+            assert_eq!(got.as_deref(), Some("t"), "the lock was not granted");
+        }
         let status = Command::new(&args[6])
             .args(&args[7..])
             .status()
