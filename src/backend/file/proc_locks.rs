@@ -39,58 +39,40 @@ pub(super) fn inode_id(dev: u64, ino: u64) -> String {
 }
 
 /// `/proc/locks`, read so that no lock held all the while is missing. The kernel makes the text
-/// one buffer (a page) per `read`, walking its list of locks anew from the position where the
-/// last buffer ended: a lock freed before that position meanwhile shifts the list, and the lock
-/// at the seam is skipped (a lock placed at a seam was missing from 29% of the reads while two
-/// processes locked and unlocked other files); one taken meanwhile makes a line come twice. A
-/// first `read` that ends well short of a page ended with the list: one walk, a snapshot, and
-/// nothing more is read. Otherwise a second pass, whose seams fall half a page away, is merged
-/// in: a lock held through both passes is at a seam of one of them at most (unless half a page
-/// of lines came or went before it in between).
+/// one buffer (at most a page, and no more than the `read` asks for) per `read`, walking its
+/// list of locks anew from the position where the last buffer ended: a lock freed before that
+/// position meanwhile shifts the list, and the lock at the seam is left out (a lock placed at a
+/// seam was missing from 29% of the reads while two processes locked and unlocked other
+/// files); one taken meanwhile makes a line come twice. So it is read twice, the second time
+/// with its first `read` cut at half a page, which moves every seam of that pass, and the two
+/// are merged: a lock held through both passes is left out of at most one of them (unless the
+/// seams of the two line up again further on, after records of very different lengths).
 fn read() -> anyhow::Result<String> {
     let page = crate::sys::page_size().max(1024);
-    let (first, walked) = pass(None, page)?;
-    if walked {
-        return Ok(first);
-    }
-    let (second, _) = pass(Some(page / 2), page)?;
+    let first = pass(None)?;
+    let second = pass(Some(page / 2))?;
     Ok(merge(&first, &second))
 }
 
-/// More than any line of `/proc/locks` takes (`12: -> FLOCK  ADVISORY  WRITE PID MAJ:MIN:INODE
-/// 0 EOF`, numbers of at most 20 digits).
-const LONGEST_LINE: usize = 160;
-
-/// One pass over `/proc/locks`, its first `read` cut at `cut` bytes. Uncut, a first `read` that
-/// returns less than a `page` by more than a line's length ended with the list, in one walk:
-/// then only it is returned, with `true`.
-fn pass(cut: Option<usize>, page: usize) -> anyhow::Result<(String, bool)> {
+/// One pass over `/proc/locks`, its first `read` cut at `cut` bytes.
+fn pass(cut: Option<usize>) -> anyhow::Result<String> {
     use std::io::Read;
     let mut file = std::fs::File::open("/proc/locks").context("cannot read /proc/locks")?;
     let mut buf = vec![0u8; 64 * 1024];
     let mut text = Vec::new();
-    let mut first = true;
+    let mut want = cut.unwrap_or(buf.len()).min(buf.len());
     loop {
-        let want = match cut {
-            Some(cut) if first => cut.min(buf.len()),
-            _ => buf.len(),
-        };
         match file.read(&mut buf[..want]) {
             Ok(0) => break,
             Ok(n) => {
                 text.extend_from_slice(&buf[..n]);
-                if first && cut.is_none() && n + LONGEST_LINE < page {
-                    return Ok((String::from_utf8_lossy(&text).into_owned(), true));
-                }
-                first = false;
+                want = buf.len();
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e).context("cannot read /proc/locks"),
         }
     }
-    // An empty list is one walk too.
-    let walked = text.is_empty();
-    Ok((String::from_utf8_lossy(&text).into_owned(), walked))
+    Ok(String::from_utf8_lossy(&text).into_owned())
 }
 
 /// Two passes' lines as one text, without their position numbers (which a shifted list
@@ -198,17 +180,39 @@ mod tests {
     }
 
     /// A lock held all the while is found however the other locks move: one lock taken first,
-    /// then more and more (each new one goes before it in the kernel's list, so it passes the
-    /// seams between pages), while two threads lock and unlock files of their own. Read as one
-    /// text, as before, `/proc/locks` had it missing or twice in 1 to 700 of these reads.
+    /// then more and more (the kernel keeps a list per CPU and puts a new lock at its head, so
+    /// many of them go before the first one and move it past the seams between pages), while
+    /// two threads lock and unlock files of their own. Read as one text, as before,
+    /// `/proc/locks` had it missing or twice in 1 to 700 of these reads (4 KiB pages; with
+    /// larger ones these locks make no seam, and the test shows less).
     #[test]
     fn a_held_lock_is_never_missing_while_others_come_and_go() {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::MetadataExt;
         use std::sync::Arc;
         use std::sync::atomic::{AtomicBool, Ordering};
+
+        /// The churning threads and the directory, ended and removed however the test ends.
+        struct Churn {
+            stop: Arc<AtomicBool>,
+            threads: Vec<std::thread::JoinHandle<()>>,
+            dir: std::path::PathBuf,
+        }
+        impl Drop for Churn {
+            fn drop(&mut self) {
+                self.stop.store(true, Ordering::Relaxed);
+                self.threads.drain(..).for_each(|t| drop(t.join()));
+                let _ = std::fs::remove_dir_all(&self.dir);
+            }
+        }
+
         let dir = std::env::temp_dir().join(format!("dlock-proc-locks-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
+        let mut churn = Churn {
+            stop: Arc::new(AtomicBool::new(false)),
+            threads: Vec::new(),
+            dir: dir.clone(),
+        };
         let lock = |name: String| {
             let f = std::fs::File::create(dir.join(name)).unwrap();
             // SAFETY: flock on a descriptor this test owns.
@@ -218,24 +222,21 @@ mod tests {
         let held = lock("held".into());
         let meta = held.metadata().unwrap();
         let id = inode_id(meta.dev(), meta.ino());
-        let stop = Arc::new(AtomicBool::new(false));
-        let churn: Vec<_> = (0..2)
-            .map(|i| {
-                let f = std::fs::File::create(dir.join(format!("churn{i}"))).unwrap();
-                let stop = stop.clone();
-                std::thread::spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        // SAFETY: flock on a descriptor this thread owns.
-                        unsafe {
-                            libc::flock(f.as_raw_fd(), libc::LOCK_EX);
-                            libc::flock(f.as_raw_fd(), libc::LOCK_UN);
-                        }
-                        // The other unit tests run beside this one.
-                        std::thread::yield_now();
+        for i in 0..2 {
+            let f = std::fs::File::create(dir.join(format!("churn{i}"))).unwrap();
+            let stop = churn.stop.clone();
+            churn.threads.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: flock on a descriptor this thread owns.
+                    unsafe {
+                        libc::flock(f.as_raw_fd(), libc::LOCK_EX);
+                        libc::flock(f.as_raw_fd(), libc::LOCK_UN);
                     }
-                })
-            })
-            .collect();
+                    // The other unit tests run beside this one.
+                    std::thread::yield_now();
+                }
+            }));
+        }
         let mut others = Vec::new();
         let mut missing = 0;
         for i in 0..160 {
@@ -249,11 +250,7 @@ mod tests {
                 }
             }
         }
-        stop.store(true, Ordering::Relaxed);
-        churn.into_iter().for_each(|t| t.join().unwrap());
-        drop(others);
-        drop(held);
-        let _ = std::fs::remove_dir_all(&dir);
+        drop(churn);
         assert_eq!(
             missing, 0,
             "the held lock was missing (or twice) in {missing} of 4800 reads"
