@@ -187,7 +187,6 @@ mod tests {
     /// larger ones these locks make no seam, and the test shows less).
     #[test]
     fn a_held_lock_is_never_missing_while_others_come_and_go() {
-        use std::os::fd::AsRawFd;
         use std::os::unix::fs::MetadataExt;
         use std::sync::Arc;
         use std::sync::atomic::{AtomicBool, Ordering};
@@ -215,8 +214,7 @@ mod tests {
         };
         let lock = |name: String| {
             let f = std::fs::File::create(dir.join(name)).unwrap();
-            // SAFETY: flock on a descriptor this test owns.
-            assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+            crate::sys::flock(&f, libc::LOCK_EX).unwrap();
             f
         };
         let held = lock("held".into());
@@ -227,11 +225,8 @@ mod tests {
             let stop = churn.stop.clone();
             churn.threads.push(std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    // SAFETY: flock on a descriptor this thread owns.
-                    unsafe {
-                        libc::flock(f.as_raw_fd(), libc::LOCK_EX);
-                        libc::flock(f.as_raw_fd(), libc::LOCK_UN);
-                    }
+                    let _ = crate::sys::flock(&f, libc::LOCK_EX);
+                    let _ = crate::sys::flock(&f, libc::LOCK_UN);
                     // The other unit tests run beside this one.
                     std::thread::yield_now();
                 }

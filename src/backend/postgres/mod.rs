@@ -334,8 +334,10 @@ impl PgBackend {
             ground::on_ours_unheld(s, &format!("pg_advisory_lock{shared}({id})"))
         );
         let cancel = s.client.cancel_token();
+        let waiting = s.client.simple_query(&wait);
+        tokio::pin!(waiting);
         tokio::select! {
-            r = s.client.simple_query(&wait) => match r {
+            r = &mut waiting => match r {
                 // A void's text is empty; NULL: the statement reached another server session.
                 Ok(m) => match rows::simple_rows(m).first().map(|r| cell(r, 0)) {
                     Some(None) => Err(ground::pooled(self.addr())),
@@ -353,8 +355,10 @@ impl PgBackend {
                 Err(req.busy(None))
             }
             _ = notify.notified() => {
-                // The session is closed by the caller, which releases anything granted.
+                // The session is closed by the caller, which releases anything granted; the
+                // wait ends in the server first, so that no waiter of this run is left.
                 self.cancel(cancel).await;
+                slots::settle(&mut waiting).await;
                 Err(Interrupted(req.interrupt.fired().unwrap_or(libc::SIGINT)).into())
             }
         }

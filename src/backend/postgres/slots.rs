@@ -74,21 +74,26 @@ impl PgBackend {
             ground::on_ours(&s, &try_any(req.key, n))
         );
         let cancel = s.client.cancel_token();
-        let rows = tokio::select! {
-            r = s.client.simple_query(&queue) => match r {
-                Ok(m) => super::rows::simple_rows(m),
-                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+        let queued = s.client.simple_query(&queue);
+        let rows = {
+            tokio::pin!(queued);
+            tokio::select! {
+                r = &mut queued => match r {
+                    Ok(m) => super::rows::simple_rows(m),
+                    Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+                        return Err(req.busy(None));
+                    }
+                    Err(e) => return Err(self.fail("queue for a slot", e)),
+                },
+                _ = overdue(req) => {
+                    self.cancel(cancel).await;
                     return Err(req.busy(None));
                 }
-                Err(e) => return Err(self.fail("queue for a slot", e)),
-            },
-            _ = overdue(req) => {
-                self.cancel(cancel).await;
-                return Err(req.busy(None));
-            }
-            _ = notify.notified() => {
-                self.cancel(cancel).await;
-                return Err(interrupted(req));
+                _ = notify.notified() => {
+                    self.cancel(cancel).await;
+                    settle(&mut queued).await;
+                    return Err(interrupted(req));
+                }
             }
         };
         // NULL: a statement reached another server session (a void's text is empty).
@@ -106,9 +111,11 @@ impl PgBackend {
         // keeps the gate until one is granted.
         let timeout = ttl_secs(req.ttl);
         let cancels = std::sync::Mutex::new(Vec::new());
+        // Set when the waits are to end: a wait still connecting then sends nothing.
+        let stopping = std::sync::atomic::AtomicBool::new(false);
         let mut waits: Vec<Wait<'_>> = (1..=n)
             .map(|i| {
-                let cancels = &cancels;
+                let (cancels, stopping) = (&cancels, &stopping);
                 let id = slot_id(req.key, i);
                 Box::pin(async move {
                     let w = self.connect(application).await?;
@@ -116,6 +123,9 @@ impl PgBackend {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .push((i, w.client.cancel_token()));
+                    if stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                        return Err(interrupted(req));
+                    }
                     let sql = format!(
                         "SET idle_session_timeout = '{timeout}s'; SET lock_timeout = {lock_timeout}; \
                          SELECT {}; SET lock_timeout = 0",
@@ -151,6 +161,28 @@ impl PgBackend {
             _ = overdue(req) => Some(Err(req.busy(None))),
             _ = notify.notified() => None,
         };
+        if first.is_none() {
+            // Interrupted: every wait is cancelled, and dlock leaves once they have ended in
+            // the server (no waiter of its own is left behind).
+            stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+            let tokens = std::mem::take(&mut *cancels.lock().unwrap_or_else(|e| e.into_inner()));
+            for (_, token) in tokens {
+                self.cancel(token).await;
+            }
+            let mut ended = vec![false; waits.len()];
+            let all = std::future::poll_fn(|cx| {
+                for (w, done) in waits.iter_mut().zip(ended.iter_mut()) {
+                    *done = *done || w.as_mut().poll(cx).is_ready();
+                }
+                if ended.iter().all(|d| *d) {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            });
+            let _ = tokio::time::timeout(SETTLE, all).await;
+            return Err(interrupted(req));
+        }
         drop(waits); // closes every other waiting connection...
         let others: Vec<_> =
             std::mem::take(&mut *cancels.lock().unwrap_or_else(|e| e.into_inner()));
@@ -185,6 +217,16 @@ impl PgBackend {
         })
         .await;
     }
+}
+
+/// How long an interrupted run waits for its cancelled waits to end in the server (a cancel
+/// request is answered at once by a server that runs; one that does not is not waited for).
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Waits, at most [`SETTLE`], for a cancelled statement to end: its lock wait is gone from the
+/// server when its answer (the cancel's error) comes.
+pub(super) async fn settle(statement: impl Future) {
+    let _ = tokio::time::timeout(SETTLE, statement).await;
 }
 
 /// How much longer than `--wait` the client gives the server's own `lock_timeout` to end a
