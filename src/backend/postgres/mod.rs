@@ -334,7 +334,11 @@ impl PgBackend {
             ground::on_ours_unheld(s, &format!("pg_advisory_lock{shared}({id})"))
         );
         let cancel = s.client.cancel_token();
-        let waiting = s.client.simple_query(&wait);
+        let sent = std::cell::Cell::new(false);
+        let waiting = async {
+            sent.set(true);
+            s.client.simple_query(&wait).await
+        };
         tokio::pin!(waiting);
         tokio::select! {
             r = &mut waiting => match r {
@@ -357,8 +361,10 @@ impl PgBackend {
             _ = notify.notified() => {
                 // The session is closed by the caller, which releases anything granted; the
                 // wait ends in the server first, so that no waiter of this run is left.
-                self.cancel(cancel).await;
-                slots::settle(&mut waiting).await;
+                if sent.get() {
+                    self.cancel(cancel).await;
+                }
+                slots::settle(&s.client, &mut waiting, &sent).await;
                 Err(Interrupted(req.interrupt.fired().unwrap_or(libc::SIGINT)).into())
             }
         }

@@ -74,7 +74,11 @@ impl PgBackend {
             ground::on_ours(&s, &try_any(req.key, n))
         );
         let cancel = s.client.cancel_token();
-        let queued = s.client.simple_query(&queue);
+        let sent = std::cell::Cell::new(false);
+        let queued = async {
+            sent.set(true);
+            s.client.simple_query(&queue).await
+        };
         let rows = {
             tokio::pin!(queued);
             tokio::select! {
@@ -90,8 +94,10 @@ impl PgBackend {
                     return Err(req.busy(None));
                 }
                 _ = notify.notified() => {
-                    self.cancel(cancel).await;
-                    settle(&mut queued).await;
+                    if sent.get() {
+                        self.cancel(cancel).await;
+                    }
+                    settle(&s.client, &mut queued, &sent).await;
                     return Err(interrupted(req));
                 }
             }
@@ -143,7 +149,14 @@ impl PgBackend {
                         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
                             Err(req.busy(None))
                         }
-                        Err(e) => Err(self.fail("wait for a slot", e)),
+                        Err(e) => {
+                            if stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                                // Cancelled: one more round trip, answered once the server has
+                                // cleaned up after the wait.
+                                let _ = w.client.simple_query("").await;
+                            }
+                            Err(self.fail("wait for a slot", e))
+                        }
                     }
                 }) as Wait<'_>
             })
@@ -223,10 +236,24 @@ impl PgBackend {
 /// request is answered at once by a server that runs; one that does not is not waited for).
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Waits, at most [`SETTLE`], for a cancelled statement to end: its lock wait is gone from the
-/// server when its answer (the cancel's error) comes.
-pub(super) async fn settle(statement: impl Future) {
-    let _ = tokio::time::timeout(SETTLE, statement).await;
+/// Waits, at most [`SETTLE`], for a cancelled statement on `client` to end, then for one more
+/// round trip: the server answers that once it has cleaned up after the cancelled lock wait, so
+/// the wait is gone from `pg_locks`. Nothing when `sent` says the statement never went out (a
+/// signal seen before its first poll): a cancel would find the session idle, and polling the
+/// statement here would send it.
+pub(super) async fn settle(
+    client: &tokio_postgres::Client,
+    statement: impl Future,
+    sent: &std::cell::Cell<bool>,
+) {
+    if !sent.get() {
+        return;
+    }
+    let _ = tokio::time::timeout(SETTLE, async {
+        statement.await;
+        let _ = client.simple_query("").await;
+    })
+    .await;
 }
 
 /// How much longer than `--wait` the client gives the server's own `lock_timeout` to end a
