@@ -128,7 +128,8 @@ pub(super) fn open_lock_file(path: &Path, shared: bool) -> anyhow::Result<File> 
             .open(path)
     };
     // The common case first: the file is there (one open). A file removed or created between
-    // the two opens (a `break --force`, another run) is simply looked at again.
+    // the two opens (a `break --force`, another run), or removed right after the open (a
+    // prune: no links left), is simply looked at again.
     let mut tries = 0;
     let (file, created) = loop {
         tries += 1;
@@ -137,6 +138,7 @@ pub(super) fn open_lock_file(path: &Path, shared: bool) -> anyhow::Result<File> 
             other => (other, false),
         };
         match opened {
+            Ok(f) if tries < 5 && f.metadata().is_ok_and(|m| m.nlink() == 0) => {}
             Ok(f) => break (f, created),
             Err(e)
                 if tries < 5
